@@ -1,0 +1,49 @@
+"""spatial-jax: the `kernels/` folder installs as `spatial_jax.kernels` (a PyPI package named `kernels` exists)."""
+
+from setuptools import setup
+
+PACKAGES = [
+    "spatial_jax",
+    "spatial_jax.data",
+    "spatial_jax.eval",
+    "spatial_jax.models",
+    "spatial_jax.reference",
+    "spatial_jax.rewards",
+    "spatial_jax.rl",
+    "spatial_jax.sampling",
+    "spatial_jax.kernels",
+]
+
+setup(
+    name="spatial-jax",
+    version="0.1.0",
+    description="JAX-native RL post-training of vision-language models with spatially grounded rewards",
+    python_requires=">=3.11",
+    packages=PACKAGES,
+    package_dir={"spatial_jax.kernels": "kernels"},
+    install_requires=[
+        "jax==0.10.2",
+        "jaxlib==0.10.2",
+        "flax>=0.12,<0.13",
+        "optax>=0.2.5",
+        "orbax-checkpoint>=0.11",
+        "grain>=0.2.12",
+        "transformers>=5.0,<6",
+        "safetensors>=0.5",
+        "numpy>=2.0",
+        "scipy>=1.13",
+        # torch backs the reference scorers and the Triton kernel; 2.13.0 CPU is the build on these machines.
+        "torch==2.13.0",
+        "triton>=3.4",
+        "tensorboardX>=2.6",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+        "pillow>=10",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100"],
+        "gpu": ["jax[cuda12]==0.10.2"],
+        "tpu": ["jax[tpu]==0.10.2"],
+    },
+    entry_points={"console_scripts": ["spatial-jax=spatial_jax.cli:main"]},
+)

@@ -1,0 +1,45 @@
+"""The `spatial-jax` command: parses arguments and dispatches to the module that does the work."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from spatial_jax.config import ConfigError
+
+# subcommand -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
+COMMANDS = {
+    "score": ("spatial_jax.eval.offline_score", "score rollouts from a JSONL file with a method's reward"),
+    "gen-data": ("spatial_jax.data.make_dataset", "write the synthetic spatial world to JSONL + PNG files"),
+    "sft": ("spatial_jax.rl.sft_cli", "supervised cold start (completion-only cross-entropy)"),
+    "train": ("spatial_jax.rl.train_cli", "RL post-training (GRPO / GSPO) with a method's reward"),
+    "eval": ("spatial_jax.eval.eval_cli", "evaluate a checkpoint on a JSONL dataset"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Imports only the chosen subcommand's module (when known), so `score` never pays for the model code."""
+    parser = argparse.ArgumentParser(prog="spatial-jax", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(_module=module)
+        if only is None or only == name:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(chosen).parse_args(argv)
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except ConfigError as e:
+        print(f"spatial-jax {args.command}: configuration error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Typed dataclass configs: loaded from TOML files in configs/, overridden by `key=value` strings.
+
+Every config in the project is a (possibly nested) dataclass. Unknown keys, wrong types and malformed
+overrides raise ConfigError with the offending key, so a bad run fails before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Iterable, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration key, value or file that cannot be used."""
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Checks/converts `value` to the annotated type `tp`; strings from the command line are parsed."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        if isinstance(value, str) and value.lower() in ("none", "null") and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{key}: {value!r} matches none of {tp}")
+    if origin is typing.Literal:
+        if isinstance(value, str):
+            for a in args:
+                if str(a) == value:
+                    return a
+        if value in args:
+            return value
+        raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, dict):
+            return from_dict(tp, value, prefix=f"{key}.")
+        raise ConfigError(f"{key}: expected a table for {tp.__name__}, got {value!r}")
+    if origin in (tuple, list):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                value = [v for v in value.split(",") if v != ""]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise ConfigError(f"{key}: expected {len(args)} items, got {len(value)}")
+            return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        inner = args[0] if args else Any
+        items = [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected a boolean, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{key}: cannot use {value!r} as {tp}")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
+    """Builds dataclass `cls` from a nested dict; keys it does not declare are errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or cls.__name__}: expected a table, got {data!r}")
+    types_ = _field_types(cls)
+    unknown = sorted(set(data) - set(types_))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {[prefix + k for k in unknown]} for {cls.__name__}; "
+            f"known: {sorted(types_)}"
+        )
+    kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{prefix or cls.__name__}: {e}") from e
+    return obj
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`["a.b=1", "c=x"]` -> {"a": {"b": "1"}, "c": "x"}; values stay strings and are typed by the dataclass."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r} has an empty key")
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {item!r} conflicts with an earlier override of {part!r}")
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def apply_overrides(cfg: T, overrides: Iterable[str] | dict[str, Any]) -> T:
+    """Returns a copy of dataclass `cfg` with overrides applied (and re-validated)."""
+    extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides)
+    return from_dict(type(cfg), merge(to_dict(cfg), extra))
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError as e:
+        raise ConfigError(f"config file {path} does not exist") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path}: {e}") from e
+
+
+def load(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
+    """Defaults of `cls`, then the TOML file at `path`, then `key=value` overrides, validated at each level."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = load_toml(path)
+    data = merge(data, parse_overrides(overrides))
+    return from_dict(cls, data)

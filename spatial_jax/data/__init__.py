@@ -1,0 +1,1 @@
+"""Records, JSONL reading, the synthetic spatial world, the local tokenizer, image preprocessing, prompts."""

@@ -1,0 +1,1 @@
+"""Offline scoring, benchmark evaluation, ProSR diagnostics and grounding analyses."""

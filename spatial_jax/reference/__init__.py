@@ -1,0 +1,1 @@
+"""Independent torch implementations of every reward, loss and kernel, used only to check parity."""

@@ -1,0 +1,1 @@
+"""Pure reward functions of the four methods: parsers, geometry, matching, uncertainty, advantages."""

@@ -1,0 +1,1 @@
+"""Policy-gradient losses, the GRPO/GSPO loop, SFT, checkpoints and metrics."""

@@ -1,0 +1,1 @@
+"""The jitted KV-cache sampler."""
