@@ -1,0 +1,1 @@
+"""Fused log-prob / entropy kernels (imported as spatial_jax.kernels)."""
