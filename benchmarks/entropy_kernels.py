@@ -1,0 +1,237 @@
+"""Benchmark the JAX fused log-prob / entropy kernels against materialised logits and the bare-matmul floor.
+
+For each (N, V) at hidden size D, in one process on the default JAX backend, it measures
+  naive  : float32 logits [N, V], log_softmax, gather, entropy; autodiff backward
+  xla    : spatial_jax.kernels.xla (chunked online log-sum-exp, custom VJP recomputing tiles)
+  floor  : forward = the bare matmul h @ w; forward+backward = three matmuls of the same shapes
+           (h @ w, then [N, V] @ w^T and h^T @ [N, V]) - what any exact method pays
+in two modes: "fwd" (log-probs and entropies) and "fwd_bwd" (plus d/dh and d/dw of sum(g_lp lp + g_H H)).
+Time: wall time of the compiled function, min over --repeats runs after one warm-up run (the min, because the
+machine may be shared). Memory: XLA's compiled memory analysis,
+  peak = temp_size_in_bytes + argument_size_in_bytes + output_size_in_bytes - alias_size_in_bytes,
+i.e. everything the executable holds at once (inputs and outputs included; temp is listed separately).
+It also times position_entropy at --positions positions against all N positions (at the largest N and V).
+
+    python benchmarks/entropy_kernels.py                       # N 1024 4096, V 151936 and 32768, D 1024
+    python benchmarks/entropy_kernels.py --quick               # small smoke run (seconds)
+    python benchmarks/entropy_kernels.py --n 4096 --v 151936 --impls xla floor
+Writes benchmarks/out/entropy_kernels.json (or --out) and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spatial_jax.kernels import naive, position_entropy, xla
+
+OUT = Path(__file__).resolve().parent / "out" / "entropy_kernels.json"
+IMPLS = ("naive", "xla", "floor")
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, nargs="+", default=[1024, 4096], help="token counts N")
+    p.add_argument("--v", type=int, nargs="+", default=[151_936, 32_768], help="vocabulary sizes V")
+    p.add_argument("--d", type=int, default=1024, help="hidden size D")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    p.add_argument("--block-n", type=int, default=xla.DEFAULT_BLOCK_N)
+    p.add_argument("--block-v", type=int, default=xla.DEFAULT_BLOCK_V)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (the min is reported)")
+    p.add_argument("--positions", type=int, default=48, help="positions for the position_entropy comparison")
+    p.add_argument("--quick", action="store_true", help="smoke run: N 64 256, V 5000, D 128, 2 repeats")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.n, args.v, args.d, args.repeats, args.positions = [64, 256], [5000], 128, 2, 16
+    if min(args.n + args.v + [args.d, args.repeats, args.positions]) < 1:
+        p.error("sizes, repeats and positions must be >= 1")
+    return args
+
+
+def machine() -> dict:
+    """Host, CPU model, core count, JAX version and device, for the record."""
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "")
+    except (OSError, subprocess.SubprocessError):
+        model = ""
+    dev = jax.devices()[0]
+    return {
+        "platform": platform.platform(),
+        "cpu_model": model or platform.processor(),
+        "cpu_count": len(__import__("os").sched_getaffinity(0)),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "device": getattr(dev, "device_kind", str(dev)),
+    }
+
+
+def memory(compiled) -> dict:
+    ma = compiled.memory_analysis()
+    parts = {
+        "temp": ma.temp_size_in_bytes,
+        "argument": ma.argument_size_in_bytes,
+        "output": ma.output_size_in_bytes,
+        "alias": ma.alias_size_in_bytes,
+    }
+    parts["peak"] = parts["temp"] + parts["argument"] + parts["output"] - parts["alias"]
+    return parts
+
+
+def measure(f, args, repeats: int) -> dict:
+    """Compile once, run once to warm up, then time `repeats` runs; min and median seconds plus memory."""
+    compiled = jax.jit(f).lower(*args).compile()
+    jax.block_until_ready(compiled(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+    return {"time_s": min(times), "median_s": float(np.median(times)), "memory": memory(compiled)}
+
+
+def loss_grad(fn):
+    """(h, w, targets, g_lp, g_h) -> values and d/dh, d/dw of sum(g_lp * lp + g_h * H)."""
+
+    def f(h, w, targets, g_lp, g_h):
+        def loss(h, w):
+            lp, ent = fn(h, w, targets)
+            return jnp.sum(g_lp * lp + g_h * ent), (lp, ent)
+
+        return jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(h, w)
+
+    return f
+
+
+def functions(args) -> dict:
+    """{impl: {mode: f(h, w, targets, g_lp, g_h)}}."""
+
+    def naive_fn(h, w, t):
+        return naive.linear_logprob_entropy(h, w, t)
+
+    def xla_fn(h, w, t):
+        return xla.linear_logprob_entropy(h, w, t, block_n=args.block_n, block_v=args.block_v)
+
+    def floor_fwd(h, w, t, g_lp, g_h):
+        return jnp.matmul(h, w, preferred_element_type=jnp.float32, precision=_HIGHEST)
+
+    def floor_fwd_bwd(h, w, t, g_lp, g_h):
+        # The logits stand in for the [N, V] cotangent: same shapes, so the same three matmuls' work.
+        z = jnp.matmul(h, w, preferred_element_type=jnp.float32, precision=_HIGHEST).astype(h.dtype)
+        dh = jnp.matmul(z, w.T, preferred_element_type=jnp.float32, precision=_HIGHEST)
+        dw = jnp.matmul(h.T, z, preferred_element_type=jnp.float32, precision=_HIGHEST)
+        return dh, dw
+
+    def fwd(fn):
+        return lambda h, w, t, g_lp, g_h: fn(h, w, t)
+
+    table = {
+        "naive": {"fwd": fwd(naive_fn), "fwd_bwd": loss_grad(naive_fn)},
+        "xla": {"fwd": fwd(xla_fn), "fwd_bwd": loss_grad(xla_fn)},
+        "floor": {"fwd": floor_fwd, "fwd_bwd": floor_fwd_bwd},
+    }
+    return {k: table[k] for k in args.impls}
+
+
+def inputs(n: int, d: int, v: int, dtype):
+    """Realistic scales: hidden states of unit variance, LM head std 0.02 (logits of order 1)."""
+    kh, kw, kt, kg = jax.random.split(jax.random.PRNGKey(0), 4)
+    h = jax.random.normal(kh, (n, d), jnp.float32).astype(dtype)
+    w = (0.02 * jax.random.normal(kw, (d, v), jnp.float32)).astype(dtype)
+    targets = jax.random.randint(kt, (n,), 0, v)
+    g_lp, g_h = jax.random.normal(kg, (2, n), jnp.float32)
+    return h, w, targets, g_lp, g_h
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """time and peak-memory ratios of every row to naive and to the floor of the same (N, V, mode)."""
+    index = {(r["n"], r["v"], r["mode"], r["impl"]): r for r in rows}
+    for r in rows:
+        for ref in ("naive", "floor"):
+            other = index.get((r["n"], r["v"], r["mode"], ref))
+            if other is not None:
+                r[f"time_vs_{ref}"] = r["time_s"] / other["time_s"]
+                r[f"peak_vs_{ref}"] = r["memory"]["peak"] / other["memory"]["peak"]
+
+
+def position_speedup(n: int, d: int, v: int, k: int, dtype, repeats: int) -> dict:
+    h, w, _, _, _ = inputs(n, d, v, dtype)
+    few = jnp.asarray(np.random.default_rng(0).choice(n, size=min(k, n), replace=False), jnp.int32)
+    every = jnp.arange(n, dtype=jnp.int32)
+    part = measure(lambda h, w, p: position_entropy(h, w, p, impl="xla"), (h, w, few), repeats)
+    full = measure(lambda h, w, p: position_entropy(h, w, p, impl="xla"), (h, w, every), repeats)
+    return {"n": n, "v": v, "positions": int(few.shape[0]), "few_s": part["time_s"], "all_s": full["time_s"],
+            "speedup": full["time_s"] / part["time_s"]}
+
+
+def fmt_bytes(b: int) -> str:
+    return f"{b / 2**20:,.0f} MiB" if b >= 2**20 else f"{b / 2**10:,.1f} KiB"
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "| N | V | mode | impl | time (s, min) | vs naive | vs floor | peak mem | temp | peak vs naive |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        ratio = lambda key: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
+        lines.append(
+            f"| {r['n']} | {r['v']} | {r['mode']} | {r['impl']} | {r['time_s']:.3f} | {ratio('time_vs_naive')} | "
+            f"{ratio('time_vs_floor')} | {fmt_bytes(r['memory']['peak'])} | {fmt_bytes(r['memory']['temp'])} | "
+            f"{ratio('peak_vs_naive')} |"
+        )
+    p = result.get("position_entropy")
+    if p:
+        lines.append(
+            f"\nposition_entropy at {p['positions']} of {p['n']} positions (V = {p['v']}): {p['few_s']:.3f} s vs "
+            f"{p['all_s']:.3f} s for all positions = {p['speedup']:.1f}x faster"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    dtype = jnp.dtype(args.dtype)
+    result = {
+        "machine": machine(),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "memory_definition": "peak = temp + argument + output - alias (compiled.memory_analysis())",
+        "time_definition": f"min of {args.repeats} timed runs after one warm-up run",
+        "rows": [],
+    }
+    fns = functions(args)
+    for v in args.v:
+        for n in args.n:
+            data = inputs(n, args.d, v, dtype)
+            for impl, modes in fns.items():
+                for mode, f in modes.items():
+                    row = {"n": n, "d": args.d, "v": v, "dtype": args.dtype, "impl": impl, "mode": mode}
+                    row.update(measure(f, data, args.repeats))
+                    result["rows"].append(row)
+                    print(f"N={n} V={v} {mode:8s} {impl:6s} {row['time_s']:.3f} s  peak {fmt_bytes(row['memory']['peak'])}",
+                          flush=True)
+            del data
+    add_ratios(result["rows"])
+    result["position_entropy"] = position_speedup(
+        max(args.n), args.d, max(args.v), args.positions, dtype, args.repeats
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(markdown(result))
+    print(f"\nwrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Benchmark the Triton fused log-prob/entropy kernel against the materialised torch path on one NVIDIA GPU.
+
+Shapes: N in {8192, 32768}, D = 4096, V = 151,936 (Qwen vocabulary), bfloat16 inputs.
+For each N it times and measures peak memory (torch.cuda.max_memory_allocated) of
+  triton  : linear_logprob_entropy_triton
+  naive   : float32 logits [N, V] materialised, log_softmax, gather, entropy, autograd backward (OOM -> "OOM")
+  floor   : bare bf16 matmuls: h @ w for the forward; + dz @ w^T (dh) and h^T @ dz (dw) for the backward
+in three modes: forward, forward+backward with a frozen head (dh only), forward+backward (dh and dw).
+Before timing it checks the GPU numerics (bf16 dots, bf16 dz) against the float64 reference on a mid-size shape
+and against the naive path on the first benchmark shape, and records the errors.
+
+    python benchmarks/triton_entropy.py                # GPU run: table + benchmarks/out/triton_entropy.json
+    python benchmarks/triton_entropy.py --interpret    # no GPU: tiny shape under TRITON_INTERPRET=1 (smoke test)
+Without CUDA and without --interpret it prints why and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+OUT_DIR = Path(__file__).resolve().parent / "out"
+MODES = ("fwd", "fwd_bwd_dh", "fwd_bwd_dh_dw")
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--interpret", action="store_true", help="run a tiny shape under the Triton CPU interpreter")
+    p.add_argument("--ns", type=int, nargs="+", default=[8192, 32768], help="numbers of rows N")
+    p.add_argument("--d", type=int, default=4096, help="hidden size D")
+    p.add_argument("--v", type=int, default=151936, help="vocabulary size V")
+    p.add_argument("--blocks", type=int, nargs=3, default=[64, 128, 64], metavar=("BN", "BV", "BD"))
+    p.add_argument("--num-warps", type=int, default=8)
+    p.add_argument("--sweep", action="store_true",
+                   help="also time the forward for a few block configs at the first N (tuning aid)")
+    p.add_argument("--budget-s", type=float, default=2.0, help="target seconds of timed repeats per measurement")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/out/triton_entropy*.json)")
+    return p.parse_args()
+
+
+ARGS = _parse()
+if ARGS.interpret:
+    os.environ["TRITON_INTERPRET"] = "1"  # must precede the first triton import
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from spatial_jax.kernels.torch_reference import logprob_entropy  # noqa: E402
+from spatial_jax.kernels.triton_entropy import linear_logprob_entropy_triton  # noqa: E402
+
+
+def _naive(h, w, targets, temperature=1.0):
+    """The materialised path a trainer would write: float32 logits [N, V]."""
+    logp = torch.log_softmax((h @ w).float() / temperature, dim=-1)
+    lp = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+    return lp, -(logp.exp() * logp).sum(-1)
+
+
+def _triton(h, w, targets):
+    bn, bv, bd = ARGS.blocks
+    return linear_logprob_entropy_triton(h, w, targets, block_n=bn, block_v=bv, block_d=bd,
+                                         num_warps=ARGS.num_warps)
+
+
+def _make(n, d, v, dtype, device, seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    h = torch.randn(n, d, generator=g, device=device).to(dtype)
+    w = (torch.randn(d, v, generator=g, device=device) * 0.02).to(dtype)  # LM-head scale
+    targets = torch.randint(0, v, (n,), generator=g, device=device)
+    return h, w, targets
+
+
+def _run_mode(fn, h, w, targets, g_lp, g_ent, mode):
+    """One call of `fn` in `mode`; returns nothing, leaves no grads behind."""
+    if mode == "fwd":
+        with torch.no_grad():
+            fn(h, w, targets)
+        return
+    hh = h.detach().requires_grad_()
+    ww = w.detach().requires_grad_(mode == "fwd_bwd_dh_dw")
+    lp, ent = fn(hh, ww, targets)
+    inputs = (hh, ww) if ww.requires_grad else (hh,)
+    torch.autograd.grad((lp, ent), inputs, (g_lp, g_ent))
+
+
+def _floor(h, w, dz, mode):
+    """Bare bf16 GEMMs the fused computation cannot beat: 1 (fwd), 2 (+dh) or 3 (+dh, dw) of [N, D] x [D, V]."""
+    z = h @ w
+    if mode != "fwd":
+        (dz if dz is not None else z) @ w.t()
+    if mode == "fwd_bwd_dh_dw":
+        h.t() @ (dz if dz is not None else z)
+
+
+def _measure(call):
+    """(median seconds, peak bytes above the memory held before the call) or ('OOM', 'OOM')."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        t0 = time.perf_counter()
+        call()  # warm-up: compiles the kernels, sizes the repeat count
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated() - base
+        reps = max(1, min(20, int(ARGS.budget_s / max(first, 1e-4))))
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return sorted(times)[len(times) // 2], peak
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return "OOM", "OOM"
+
+
+def _errors(a, b):
+    return max((x.double() - y.double()).abs().max().item() for x, y in zip(a, b))
+
+
+def _grad_rel(fn, h, w, targets, g_lp, g_ent):
+    hh, ww = h.detach().requires_grad_(), w.detach().requires_grad_()
+    lp, ent = fn(hh, ww, targets)
+    return (lp, ent), torch.autograd.grad((lp, ent), (hh, ww), (g_lp.to(lp.dtype), g_ent.to(ent.dtype)))
+
+
+def _parity_vs_reference(device, n, d, v, dtypes):
+    """Max forward abs error and max gradient relative error vs the float64 reference, per dtype."""
+    out = {}
+    for dtype in dtypes:
+        h, w, targets = _make(n, d, v, dtype, device, seed=1)
+        w = w * 50  # logits of tens: peaked rows, like a trained head at low temperature
+        g = torch.Generator(device=device).manual_seed(2)
+        g_lp, g_ent = torch.randn(n, generator=g, device=device), torch.randn(n, generator=g, device=device)
+        fwd, grads = _grad_rel(_triton, h, w, targets, g_lp, g_ent)
+        rfwd, rgrads = _grad_rel(lambda a, b, t: logprob_entropy(a, b, t), h, w, targets, g_lp, g_ent)
+        rel = [((x.double() - y.double()).abs().max() / y.double().abs().max()).item() for x, y in zip(grads, rgrads)]
+        out[str(dtype).removeprefix("torch.")] = {"shape": [n, d, v], "fwd_max_abs": _errors(fwd, rfwd),
+                                                  "dh_rel": rel[0], "dw_rel": rel[1]}
+    return out
+
+
+def _fmt(x, unit):
+    if x == "OOM":
+        return "OOM"
+    return f"{x * 1e3:.1f} ms" if unit == "s" else f"{x / 2**30:.2f} GiB"
+
+
+def _ratio(a, b):
+    return None if "OOM" in (a, b) or not b else a / b
+
+
+def _gpu(out_path: Path, device: str) -> None:
+    d, v = ARGS.d, ARGS.v
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version(), "d": d, "v": v, "dtype": "bfloat16",
+              "blocks": dict(zip(("block_n", "block_v", "block_d"), ARGS.blocks)), "num_warps": ARGS.num_warps,
+              "parity_vs_float64_reference": _parity_vs_reference(device, 300, 512, 5003,
+                                                                  (torch.float32, torch.bfloat16)),
+              "cases": []}
+    print(json.dumps(result["parity_vs_float64_reference"], indent=1))
+    for i, n in enumerate(ARGS.ns):
+        h, w, targets = _make(n, d, v, torch.bfloat16, device)
+        g = torch.Generator(device=device).manual_seed(3)
+        g_lp, g_ent = torch.randn(n, generator=g, device=device), torch.randn(n, generator=g, device=device)
+        case = {"n": n, "modes": {}}
+        if i == 0:  # informational: the naive path rounds its logits to bf16 before the float32 softmax
+            try:
+                with torch.no_grad():
+                    case["fwd_max_abs_vs_naive"] = _errors(_triton(h, w, targets), _naive(h, w, targets))
+            except torch.cuda.OutOfMemoryError:
+                case["fwd_max_abs_vs_naive"] = "OOM"
+        for mode in MODES:
+            row = {}
+            for name, fn in (("triton", _triton), ("naive", _naive)):
+                t, m = _measure(lambda fn=fn: _run_mode(fn, h, w, targets, g_lp, g_ent, mode))
+                row[name] = {"seconds": t, "peak_bytes": m}
+            dz = None if mode == "fwd" else torch.randn(n, v, device=device, dtype=torch.bfloat16)
+            t, m = _measure(lambda: _floor(h, w, dz, mode))
+            del dz
+            row["floor"] = {"seconds": t, "peak_bytes": m}
+            row["triton_over_floor_time"] = _ratio(row["triton"]["seconds"], row["floor"]["seconds"])
+            row["triton_over_naive_time"] = _ratio(row["triton"]["seconds"], row["naive"]["seconds"])
+            row["naive_over_triton_memory"] = _ratio(row["naive"]["peak_bytes"], row["triton"]["peak_bytes"])
+            case["modes"][mode] = row
+        result["cases"].append(case)
+        del h, w, targets
+    if ARGS.sweep:
+        result["sweep_fwd"] = _sweep(ARGS.ns[0], d, v, device)
+    _write(out_path, result)
+    _table(result)
+
+
+def _sweep(n, d, v, device):
+    h, w, targets = _make(n, d, v, torch.bfloat16, device)
+    rows = []
+    for bn, bv, bd, nw in ((64, 128, 64, 4), (64, 128, 64, 8), (128, 128, 64, 8), (128, 256, 64, 8), (64, 256, 32, 8)):
+        fn = functools.partial(linear_logprob_entropy_triton, block_n=bn, block_v=bv, block_d=bd, num_warps=nw)
+        t, _ = _measure(lambda: _run_mode(fn, h, w, targets, None, None, "fwd"))
+        rows.append({"blocks": [bn, bv, bd], "num_warps": nw, "seconds": t})
+        print(f"sweep fwd N={n} blocks={bn},{bv},{bd} warps={nw}: {_fmt(t, 's')}")
+    return rows
+
+
+def _table(result):
+    print(f"\n{result['device']}  D={result['d']} V={result['v']} bf16  blocks={result['blocks']}")
+    head = f"{'N':>6} {'mode':<14} {'triton':>10} {'naive':>10} {'floor':>10} {'tri/floor':>9} {'tri/naive':>9}" \
+           f" {'mem tri':>10} {'mem naive':>10} {'mem ratio':>9}"
+    print(head + "\n" + "-" * len(head))
+    for case in result["cases"]:
+        for mode, r in case["modes"].items():
+            ratios = [r["triton_over_floor_time"], r["triton_over_naive_time"], r["naive_over_triton_memory"]]
+            rs = ["-" if x is None else f"{x:.2f}" for x in ratios]
+            print(f"{case['n']:>6} {mode:<14} {_fmt(r['triton']['seconds'], 's'):>10} "
+                  f"{_fmt(r['naive']['seconds'], 's'):>10} {_fmt(r['floor']['seconds'], 's'):>10} {rs[0]:>9} "
+                  f"{rs[1]:>9} {_fmt(r['triton']['peak_bytes'], 'b'):>10} {_fmt(r['naive']['peak_bytes'], 'b'):>10}"
+                  f" {rs[2]:>9}")
+
+
+def _interpret(out_path: Path) -> None:
+    """CPU smoke test: a tiny shape through the interpreter, checked against the float64 reference."""
+    t0 = time.perf_counter()
+    parity = _parity_vs_reference("cpu", 33, 64, 300, (torch.float32, torch.bfloat16))
+    result = {"mode": "interpret", "blocks": ARGS.blocks, "parity_vs_float64_reference": parity,
+              "seconds": time.perf_counter() - t0}
+    _write(out_path, result)
+    print(json.dumps(result, indent=1))
+    worst = max(max(p["fwd_max_abs"], p["dh_rel"], p["dw_rel"]) for p in parity.values())
+    if worst > 2e-2:
+        sys.exit(f"interpreter smoke test FAILED: worst error {worst:.3g} > 2e-2")
+
+
+def _write(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    if ARGS.interpret:
+        _interpret(ARGS.out or OUT_DIR / "triton_entropy_interpret.json")
+    elif not torch.cuda.is_available():
+        print("triton_entropy benchmark: no CUDA device here; nothing timed. "
+              "Run it on an NVIDIA GPU, or pass --interpret for a CPU smoke test.")
+    else:
+        _gpu(ARGS.out or OUT_DIR / "triton_entropy.json", "cuda")
+
+
+if __name__ == "__main__":
+    main()

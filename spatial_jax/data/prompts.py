@@ -1,0 +1,82 @@
+"""Each method's prompt: the system prompt that asks for its output format (SPEC 1.1-1.3) and the user turn.
+
+Messages use the Hugging Face chat form ({"role", "content"}, content parts {"type": "image"} / {"type": "text"}),
+one image per sample placed before the text as Qwen3-VL's processor does.
+"""
+
+from __future__ import annotations
+
+from spatial_jax.data.records import LETTERS, METHODS, Sample
+
+BOX_EXAMPLE = '{"bbox_2d": [x1, y1, x2, y2], "label": "object name"}'
+
+SPATIALCORE_SYSTEM = (
+    "You are a careful visual spatial reasoning assistant. Your reasoning is already open. Begin it by locating "
+    "every object the question depends on, one per line, exactly as " + BOX_EXAMPLE + ", with integer "
+    "coordinates from 0 to 1000 in the image's normalised frame (x grows to the right, y grows downward). "
+    "Give at most one box per object, and never box directions, distances or other spatial words. Then reason "
+    "step by step about where the objects are. Close the reasoning with </think> and write only the final "
+    "answer after it: the capital letter of the correct option, or the number when the question asks for one."
+)
+
+SPATIALTHINKER_SYSTEM = (
+    "You are a visual spatial reasoning assistant. Reply in four tagged parts, in this order: "
+    "<observe> what the image shows </observe>, then <scene> a JSON scene graph of the objects the question "
+    'needs, {"objects": [{"id": "name.1", "bbox": [x1, y1, x2, y2]}], "relationships": [{"subject": "name.1", '
+    '"predicate": "left of", "object": "name.2"}]}, with boxes in pixels of the stated image size and ids made of '
+    "a name, a dot and a number </scene>, then <think> your reasoning </think>, and last <answer> the chosen "
+    "option written as (X) option text, or the number when the question asks for one </answer>."
+)
+
+ALLOSPATIAL_SYSTEM = (
+    "You are a spatial reasoning agent. Work in numbered steps. Step1: Visual Clues: describe what the image "
+    "shows that bears on the question. When a tool is available, call it in its own step (Step2.x for the world "
+    "map, Step3.x for a new view) as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, and after any "
+    "tool use compare the evidence in Step4: Cross-Validation. Finish with Step5: Final Answer and put the answer "
+    "in <Answer></Answer>: the capital letter of the correct option, or a number when the question asks for one."
+)
+
+SYSTEM_PROMPTS = {
+    "spatialcore": SPATIALCORE_SYSTEM,
+    "prosr": SPATIALCORE_SYSTEM,
+    "spatialthinker": SPATIALTHINKER_SYSTEM,
+    "allospatial": ALLOSPATIAL_SYSTEM,
+}
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {list(METHODS)}")
+    return method
+
+
+def thinking(method: str) -> bool:
+    """Whether the chat template opens `<think>\\n` for the assistant (Qwen3-VL-Thinking style: SpatialCORE, ProSR)."""
+    return check_method(method) in ("spatialcore", "prosr")
+
+
+def user_text(sample: Sample, method: str) -> str:
+    """The question, its lettered options, and for SpatialThinker the stated image size its pixel boxes refer to."""
+    check_method(method)
+    lines = []
+    if method == "spatialthinker":
+        if sample.image_size is None:
+            raise ValueError(f"sample {sample.id}: SpatialThinker prompts state the image size, which is unknown")
+        w, h = sample.image_size
+        lines.append(f"Image size: ({w} x {h})")
+    lines.append(sample.question)
+    if sample.options:
+        lines.append("Options:")
+        if method == "spatialthinker":
+            lines.extend(f"({LETTERS[i]}) {o}" for i, o in enumerate(sample.options))
+        else:
+            lines.extend(f"{LETTERS[i]}. {o}" for i, o in enumerate(sample.options))
+    return "\n".join(lines)
+
+
+def build_messages(sample: Sample, method: str) -> list[dict]:
+    """System + user turns for one sample; the generation prompt is added by the chat template."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPTS[check_method(method)]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(sample, method)}]},
+    ]

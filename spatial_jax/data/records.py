@@ -1,0 +1,275 @@
+"""The dataset record: one image, one question, its gold answer and whatever the rewards need to score it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+
+from spatial_jax.rewards.records import GTBox, Rollout, TokenTrace
+
+ImageRef = Union[str, np.ndarray]
+
+ANSWER_TYPES = ("choice", "number")
+METHODS = ("spatialcore", "prosr", "spatialthinker", "allospatial")
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class DatasetError(ValueError):
+    """A dataset row that cannot be used; the reader prefixes the message with `path:line`."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sample:
+    """One question about one image.
+
+    image: a path (absolute, or resolved against the JSONL file's folder by the reader) or an RGB uint8 array.
+    answer: the gold option letter ("choice") or a number ("number", scored by MRA).
+    gt_boxes: pseudo-ground-truth boxes in the [0, 1000] normalised frame with validity v in [0, 1] (SpatialCORE).
+    scene: the SpatialThinker reference scene graph, boxes in pixels of `image_size`.
+    reference: method -> reference completion (SFT targets), in that method's output format.
+    meta: free-form extras (the synthetic world stores its objects and the corruption applied to each box).
+    """
+
+    id: str
+    image: ImageRef
+    question: str
+    options: tuple[str, ...]
+    answer: Union[str, float]
+    answer_type: str = "choice"
+    category: str = ""
+    image_size: tuple[int, int] | None = None
+    gt_boxes: tuple[GTBox, ...] = ()
+    scene: dict | None = None
+    reference: dict[str, str] = dataclasses.field(default_factory=dict)
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.answer_type not in ANSWER_TYPES:
+            raise DatasetError(f"answer_type must be one of {ANSWER_TYPES}, got {self.answer_type!r}")
+        if self.answer_type == "choice":
+            if not self.options:
+                raise DatasetError("a multiple-choice sample needs a non-empty 'options' list")
+            if len(self.options) > len(LETTERS):
+                raise DatasetError(f"at most {len(LETTERS)} options are supported, got {len(self.options)}")
+            valid = LETTERS[: len(self.options)]
+            if not isinstance(self.answer, str) or self.answer not in valid:
+                raise DatasetError(f"answer must be one of the option letters {list(valid)}, got {self.answer!r}")
+        else:
+            if isinstance(self.answer, bool) or not isinstance(self.answer, (int, float)):
+                raise DatasetError(f"a numeric sample needs a number as answer, got {self.answer!r}")
+            if not math.isfinite(self.answer) or self.answer == 0:
+                raise DatasetError(f"a numeric answer must be finite and non-zero (MRA divides by it), got {self.answer}")
+        unknown = sorted(set(self.reference) - set(METHODS))
+        if unknown:
+            raise DatasetError(f"reference completions for unknown method(s) {unknown}; known: {list(METHODS)}")
+
+    @property
+    def answer_letter(self) -> str | None:
+        return self.answer if self.answer_type == "choice" else None
+
+    @property
+    def answer_text(self) -> str:
+        """`(B) left` for a choice (SpatialThinker's gold form), the number as written otherwise."""
+        if self.answer_type == "choice":
+            return f"({self.answer}) {self.options[LETTERS.index(self.answer)]}"
+        return format_number(float(self.answer))
+
+    def to_rollout(
+        self,
+        completion: str,
+        rollout_id: str | None = None,
+        trace: TokenTrace = TokenTrace(),
+        group: str | None = None,
+        num_generated_tokens: int | None = None,
+    ) -> Rollout:
+        """The rewards' record for one completion of this sample (gold, pseudo-GT, scene graph, image size)."""
+        return Rollout(
+            id=self.id if rollout_id is None else rollout_id,
+            completion=completion,
+            question=self.question,
+            options=self.options,
+            answer=self.answer,
+            gt_boxes=self.gt_boxes,
+            trace=trace,
+            scene=self.scene,
+            image_size=self.image_size,
+            num_generated_tokens=num_generated_tokens,
+            group=self.id if group is None else group,
+        )
+
+    def load_image(self) -> np.ndarray:
+        """The image as an RGB uint8 array (H, W, 3)."""
+        if isinstance(self.image, np.ndarray):
+            return self.image
+        from PIL import Image
+
+        with Image.open(self.image) as im:
+            return np.asarray(im.convert("RGB"))
+
+    def to_json(self, image_path: str | None = None) -> dict[str, Any]:
+        """A JSON-ready dict; an in-memory image needs `image_path` (where the caller saved it)."""
+        if image_path is None:
+            if not isinstance(self.image, str):
+                raise DatasetError(f"sample {self.id}: an in-memory image needs an image_path to be written")
+            image_path = self.image
+        out: dict[str, Any] = {
+            "id": self.id,
+            "image": image_path,
+            "question": self.question,
+            "options": list(self.options),
+            "answer": self.answer,
+            "answer_type": self.answer_type,
+            "category": self.category,
+        }
+        if self.image_size is not None:
+            out["image_size"] = list(self.image_size)
+        out["gt_boxes"] = [
+            {"bbox_2d": [_plain(c) for c in b.bbox], "label": b.label, "validity": b.validity} for b in self.gt_boxes
+        ]
+        if self.scene is not None:
+            out["scene"] = self.scene
+        if self.reference:
+            out["reference"] = dict(self.reference)
+        if self.meta:
+            out["meta"] = self.meta
+        return out
+
+    @staticmethod
+    def from_json(obj: Any, base_dir: str | Path | None = None, check_image: bool = True) -> "Sample":
+        """Validates one parsed JSON row; raises DatasetError naming the bad field."""
+        if not isinstance(obj, dict):
+            raise DatasetError(f"expected a JSON object, got {type(obj).__name__}")
+        for key in ("id", "image", "question"):
+            if key not in obj:
+                raise DatasetError(f"missing field '{key}'")
+        sid = obj["id"]
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+            raise DatasetError(f"field 'id' must be a string or an integer, got {sid!r}")
+        image = _str_field(obj, "image")
+        path = Path(image)
+        if base_dir is not None and not path.is_absolute():
+            path = Path(base_dir) / path
+        if check_image and not path.is_file():
+            raise DatasetError(f"field 'image': file {str(path)!r} does not exist")
+        question = _str_field(obj, "question")
+        options = obj.get("options", [])
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise DatasetError("field 'options' must be a list of strings")
+        answer_type = obj.get("answer_type", "choice" if options else "number")
+        if answer_type not in ANSWER_TYPES:
+            raise DatasetError(f"field 'answer_type' must be one of {list(ANSWER_TYPES)}, got {answer_type!r}")
+        if "answer" not in obj:
+            raise DatasetError("missing field 'answer'")
+        answer = _answer(obj["answer"], answer_type, options)
+        category = obj.get("category", "")
+        if not isinstance(category, str):
+            raise DatasetError(f"field 'category' must be a string, got {category!r}")
+        scene = obj.get("scene")
+        if scene is not None and not isinstance(scene, dict):
+            raise DatasetError("field 'scene' must be an object")
+        reference = obj.get("reference", {})
+        if not isinstance(reference, dict) or not all(isinstance(v, str) for v in reference.values()):
+            raise DatasetError("field 'reference' must map method names to completion strings")
+        meta = obj.get("meta", {})
+        if not isinstance(meta, dict):
+            raise DatasetError("field 'meta' must be an object")
+        return Sample(
+            id=str(sid),
+            image=str(path),
+            question=question,
+            options=tuple(options),
+            answer=answer,
+            answer_type=answer_type,
+            category=category,
+            image_size=_image_size(obj.get("image_size")),
+            gt_boxes=_gt_boxes(obj.get("gt_boxes", [])),
+            scene=scene,
+            reference=reference,
+            meta=meta,
+        )
+
+
+def format_number(x: float) -> str:
+    """A number as the completions write it: integers without a decimal point."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _plain(c: float) -> int | float:
+    return int(c) if float(c).is_integer() else float(c)
+
+
+def _str_field(obj: dict, key: str) -> str:
+    value = obj[key]
+    if not isinstance(value, str):
+        raise DatasetError(f"field '{key}' must be a string, got {value!r}")
+    return value
+
+
+def _answer(raw: Any, answer_type: str, options: list[str]) -> str | float:
+    if answer_type == "number":
+        if isinstance(raw, str):
+            try:
+                return float(raw)
+            except ValueError:
+                raise DatasetError(f"field 'answer' must be a number, got {raw!r}") from None
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise DatasetError(f"field 'answer' must be a number, got {raw!r}")
+        return float(raw)
+    # A gold given as "B", "B. text" or "(B) text" is its leading letter; an integer is an index into the options.
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if not 0 <= raw < len(options):
+            raise DatasetError(f"field 'answer': index {raw} is outside the {len(options)} options")
+        return LETTERS[raw]
+    if not isinstance(raw, str):
+        raise DatasetError(f"field 'answer' must be an option letter, got {raw!r}")
+    text = raw.strip()
+    if text.startswith("(") and len(text) >= 3 and text[2] == ")":
+        text = text[1]
+    letter = text[:1]
+    if not letter or letter not in LETTERS[: len(options)] or (len(text) > 1 and text[1].isalnum()):
+        raise DatasetError(f"field 'answer' {raw!r} does not name one of the {len(options)} options by its letter")
+    return letter
+
+
+def _number(x: Any, field: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise DatasetError(f"field '{field}' must be a finite number, got {x!r}")
+    return float(x)
+
+
+def _gt_boxes(raw: Any) -> tuple[GTBox, ...]:
+    if not isinstance(raw, list):
+        raise DatasetError("field 'gt_boxes' must be a list")
+    out = []
+    for i, b in enumerate(raw):
+        where = f"gt_boxes[{i}]"
+        if not isinstance(b, dict):
+            raise DatasetError(f"field '{where}' must be an object")
+        bbox = b.get("bbox_2d", b.get("bbox"))
+        if not isinstance(bbox, list) or len(bbox) != 4:
+            raise DatasetError(f"field '{where}.bbox_2d' must be a list of 4 numbers, got {bbox!r}")
+        coords = tuple(_number(c, f"{where}.bbox_2d") for c in bbox)
+        label = b.get("label")
+        if not isinstance(label, str) or not label.strip():
+            raise DatasetError(f"field '{where}.label' must be a non-empty string, got {label!r}")
+        v = _number(b.get("validity", 1.0), f"{where}.validity")
+        if not 0.0 <= v <= 1.0:
+            raise DatasetError(f"field '{where}.validity' must lie in [0, 1], got {v}")
+        out.append(GTBox(bbox=coords, label=label, validity=v))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def _image_size(raw: Any) -> tuple[int, int] | None:
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, list)
+        or len(raw) != 2
+        or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in raw)
+    ):
+        raise DatasetError(f"field 'image_size' must be [width, height] positive integers, got {raw!r}")
+    return (raw[0], raw[1])

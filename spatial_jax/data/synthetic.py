@@ -1,0 +1,585 @@
+"""An embedded synthetic spatial world: rendered scenes of coloured shapes with exact boxes and computed answers.
+
+Every sample is a pure function of (config, split, index): its random stream is seeded by
+[seed, split code, index], so the train and held-out splits draw from disjoint streams and any sample can be
+regenerated alone (random access for the data pipeline). Questions are multiple choice with 4 options (relative
+position, size, nearest object, counting) or numeric (centre distance in pixels, scored by MRA). Each sample carries
+pseudo-GT boxes in the [0, 1000] frame whose noise grows as their validity falls, the A.3 corruption test
+(removed / relabelled / displaced to IoU < 0.6) when configured, a SpatialThinker reference scene graph in pixels,
+and one reference completion per method's output format (SFT targets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Sequence
+
+import numpy as np
+
+from spatial_jax.data.records import LETTERS, Sample, format_number
+from spatial_jax.rewards.records import GTBox
+
+SHAPES = ("circle", "square", "triangle")
+COLORS = {
+    "red": (215, 40, 40),
+    "green": (40, 160, 60),
+    "blue": (40, 80, 215),
+    "yellow": (225, 195, 30),
+    "purple": (135, 60, 175),
+    "orange": (240, 135, 30),
+}
+BACKGROUND = (235, 235, 235)
+QUESTION_TYPES = ("relative_position", "size", "nearest", "counting", "distance")
+MC_QUESTION_TYPES = QUESTION_TYPES[:4]
+SPLITS = {"train": 0, "heldout": 1}
+DIRECTIONS = ("left", "right", "above", "below")
+PREDICATES = {"left": "left of", "right": "right of", "above": "above", "below": "below"}
+CORRUPTIONS = ("removed", "relabelled", "displaced")
+NORM = 1000
+BOX_LEAD = "We have the positions of the relevant objects. Let's think."
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticConfig:
+    """The world's knobs. Validity v ~ U[min_validity, 1] (detector scores kept above 0.3, A.3); each pseudo-GT
+    coordinate is jittered with std box_noise * (1 - v) * box side; corrupt_fraction of boxes get the A.3 corruption."""
+
+    width: int = 96
+    height: int = 96
+    min_objects: int = 4
+    max_objects: int = 6
+    min_size_frac: float = 0.12
+    max_size_frac: float = 0.28
+    question_types: tuple[str, ...] = MC_QUESTION_TYPES
+    min_validity: float = 0.3
+    box_noise: float = 0.15
+    corrupt_fraction: float = 0.0
+    displace_iou: float = 0.6
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.width < 32 or self.height < 32:
+            raise ValueError(f"SyntheticConfig: images must be at least 32x32 pixels, got {self.width}x{self.height}")
+        if not 2 <= self.min_objects <= self.max_objects <= len(SHAPES) * len(COLORS):
+            raise ValueError(
+                f"SyntheticConfig: need 2 <= min_objects <= max_objects <= {len(SHAPES) * len(COLORS)}, "
+                f"got {self.min_objects}, {self.max_objects}"
+            )
+        if not 0 < self.min_size_frac <= self.max_size_frac <= 0.5:
+            raise ValueError(
+                f"SyntheticConfig: need 0 < min_size_frac <= max_size_frac <= 0.5, "
+                f"got {self.min_size_frac}, {self.max_size_frac}"
+            )
+        if not self.question_types or any(q not in QUESTION_TYPES for q in self.question_types):
+            raise ValueError(f"SyntheticConfig.question_types must be a non-empty subset of {QUESTION_TYPES}")
+        if self.question_types == ("nearest",) and self.max_objects < 3:
+            raise ValueError("SyntheticConfig: nearest-object questions need max_objects >= 3 (a clear runner-up)")
+        if not 0.0 <= self.min_validity <= 1.0:
+            raise ValueError(f"SyntheticConfig.min_validity must lie in [0, 1], got {self.min_validity}")
+        if self.box_noise < 0:
+            raise ValueError(f"SyntheticConfig.box_noise must be >= 0, got {self.box_noise}")
+        if not 0.0 <= self.corrupt_fraction <= 1.0:
+            raise ValueError(f"SyntheticConfig.corrupt_fraction must lie in [0, 1], got {self.corrupt_fraction}")
+        if not 0.0 < self.displace_iou < 1.0:
+            raise ValueError(f"SyntheticConfig.displace_iou must lie in (0, 1), got {self.displace_iou}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneObject:
+    """One shape; bbox = [x1, y1, x2, y2] in pixels, continuous (the shape fills columns x1..x2-1)."""
+
+    shape: str
+    color: str
+    bbox: tuple[int, int, int, int]
+
+    @property
+    def label(self) -> str:
+        return f"{self.color} {self.shape}"
+
+    @property
+    def center(self) -> tuple[float, float]:
+        return ((self.bbox[0] + self.bbox[2]) / 2, (self.bbox[1] + self.bbox[3]) / 2)
+
+    @property
+    def area(self) -> int:
+        return (self.bbox[2] - self.bbox[0]) * (self.bbox[3] - self.bbox[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    category: str
+    text: str
+    options: tuple[str, ...]
+    answer: str | float
+    relevant: tuple[int, ...]  # indices of scene objects the question is about (pseudo-GT, scene graph)
+    relations: tuple[tuple[int, str, int], ...]
+    reasoning: tuple  # (kind, payload) rendered per coordinate frame by _reasoning
+
+
+# ---------------------------------------------------------------- geometry
+
+
+def iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """IoU of continuous boxes (no +1), 0 when they do not overlap."""
+    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def to_norm(bbox: Sequence[float], width: int, height: int) -> tuple[int, int, int, int]:
+    """Pixels -> the integer [0, 1000] frame (x right, y down)."""
+    x1, y1, x2, y2 = bbox
+    return (
+        int(round(x1 * NORM / width)),
+        int(round(y1 * NORM / height)),
+        int(round(x2 * NORM / width)),
+        int(round(y2 * NORM / height)),
+    )
+
+
+def dominant_direction(a: SceneObject, b: SceneObject) -> str | None:
+    """Where a lies relative to b, when one axis clearly dominates (|major| >= 2 |minor|); else None."""
+    dx = a.center[0] - b.center[0]
+    dy = a.center[1] - b.center[1]
+    if abs(dx) >= 2 * abs(dy):
+        return "left" if dx < 0 else "right"
+    if abs(dy) >= 2 * abs(dx):
+        return "above" if dy < 0 else "below"
+    return None
+
+
+def center_distance(a: SceneObject, b: SceneObject) -> float:
+    return math.hypot(a.center[0] - b.center[0], a.center[1] - b.center[1])
+
+
+# ---------------------------------------------------------------- scene
+
+
+def sample_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneObject]:
+    """Distinct colour-shape objects placed without overlap (2 px gap), so every label names one object."""
+    side = min(cfg.width, cfg.height)
+    smin = max(4, int(round(cfg.min_size_frac * side)))
+    smax = max(smin, int(round(cfg.max_size_frac * side)))
+    combos = [(c, s) for c in COLORS for s in SHAPES]
+    while True:
+        n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
+        picks = rng.choice(len(combos), size=n, replace=False)
+        objects: list[SceneObject] = []
+        for p in picks:
+            color, shape = combos[int(p)]
+            s = int(rng.integers(smin, smax + 1))
+            for _ in range(200):
+                x1 = int(rng.integers(0, cfg.width - s + 1))
+                y1 = int(rng.integers(0, cfg.height - s + 1))
+                box = (x1, y1, x1 + s, y1 + s)
+                if all(_apart(box, o.bbox, gap=2) for o in objects):
+                    objects.append(SceneObject(shape=shape, color=color, bbox=box))
+                    break
+            else:
+                break
+        if len(objects) == n:
+            return objects
+
+
+def _apart(a: Sequence[int], b: Sequence[int], gap: int) -> bool:
+    return a[2] + gap <= b[0] or b[2] + gap <= a[0] or a[3] + gap <= b[1] or b[3] + gap <= a[1]
+
+
+def render(objects: Sequence[SceneObject], width: int, height: int) -> np.ndarray:
+    """RGB uint8 (H, W, 3); each shape exactly fills its box (circle inscribed, triangle apex at the top centre)."""
+    from PIL import Image, ImageDraw
+
+    im = Image.new("RGB", (width, height), BACKGROUND)
+    draw = ImageDraw.Draw(im)
+    for o in objects:
+        x1, y1, x2, y2 = o.bbox
+        fill = COLORS[o.color]
+        if o.shape == "circle":
+            draw.ellipse((x1, y1, x2 - 1, y2 - 1), fill=fill)
+        elif o.shape == "square":
+            draw.rectangle((x1, y1, x2 - 1, y2 - 1), fill=fill)
+        else:
+            draw.polygon([(x1, y2 - 1), (x2 - 1, y2 - 1), ((x1 + x2 - 1) / 2, y1)], fill=fill)
+    return np.asarray(im)
+
+
+# ---------------------------------------------------------------- questions
+
+
+def _letter_options(rng: np.random.Generator, items: list, correct) -> tuple[list, str]:
+    order = [items[int(i)] for i in rng.permutation(len(items))]
+    return order, LETTERS[order.index(correct)]
+
+
+def _absent_labels(objects: Sequence[SceneObject]) -> list[str]:
+    present = {o.label for o in objects}
+    return [f"{c} {s}" for c in COLORS for s in SHAPES if f"{c} {s}" not in present]
+
+
+def _q_relative(rng, objects, cfg) -> Question | None:
+    min_gap = 0.15 * min(cfg.width, cfg.height)
+    pairs = []
+    for i, a in enumerate(objects):
+        for j, b in enumerate(objects):
+            if i == j:
+                continue
+            d = dominant_direction(a, b)
+            major = max(abs(a.center[0] - b.center[0]), abs(a.center[1] - b.center[1]))
+            if d is not None and major >= min_gap:
+                pairs.append((i, j, d))
+    if not pairs:
+        return None
+    i, j, d = pairs[int(rng.integers(len(pairs)))]
+    options, letter = _letter_options(rng, list(DIRECTIONS), d)
+    a, b = objects[i], objects[j]
+    return Question(
+        category="relative_position",
+        text=f"Where is the {a.label} relative to the {b.label}?",
+        options=tuple(options),
+        answer=letter,
+        relevant=(i, j),
+        relations=((i, PREDICATES[d], j),),
+        reasoning=("relative", (i, j, d)),
+    )
+
+
+def _q_size(rng, objects, cfg) -> Question | None:
+    k = min(4, len(objects))
+    chosen = [int(c) for c in rng.choice(len(objects), size=k, replace=False)]
+    which = "largest" if rng.random() < 0.5 else "smallest"
+    ranked = sorted(chosen, key=lambda i: objects[i].area, reverse=(which == "largest"))
+    first, second = objects[ranked[0]].area, objects[ranked[1]].area
+    if max(first, second) < 1.25 * min(first, second):
+        return None
+    labels = [objects[i].label for i in chosen]
+    distractors = _absent_labels(objects)
+    extra = [distractors[int(i)] for i in rng.choice(len(distractors), size=4 - k, replace=False)]
+    options, letter = _letter_options(rng, labels + extra, objects[ranked[0]].label)
+    pred = "larger than" if which == "largest" else "smaller than"
+    return Question(
+        category="size",
+        text=f"Which of these objects is the {which}?",
+        options=tuple(options),
+        answer=letter,
+        relevant=tuple(chosen),
+        relations=tuple((ranked[0], pred, i) for i in chosen if i != ranked[0]),
+        reasoning=("size", (tuple(chosen), which, ranked[0])),
+    )
+
+
+def _q_nearest(rng, objects, cfg) -> Question | None:
+    ref = int(rng.integers(len(objects)))
+    others = sorted((i for i in range(len(objects)) if i != ref), key=lambda i: center_distance(objects[i], objects[ref]))
+    if len(others) < 2:
+        return None
+    d1 = center_distance(objects[others[0]], objects[ref])
+    d2 = center_distance(objects[others[1]], objects[ref])
+    if d2 < 1.2 * d1:
+        return None
+    nearest = others[0]
+    rest = others[1:]
+    picked = [rest[int(i)] for i in rng.choice(len(rest), size=min(3, len(rest)), replace=False)]
+    present = [nearest] + picked
+    distractors = _absent_labels(objects)
+    extra = [distractors[int(i)] for i in rng.choice(len(distractors), size=4 - len(present), replace=False)]
+    options, letter = _letter_options(rng, [objects[i].label for i in present] + extra, objects[nearest].label)
+    return Question(
+        category="nearest",
+        text=f"Which object is closest to the {objects[ref].label}?",
+        options=tuple(options),
+        answer=letter,
+        relevant=(ref, *present),
+        relations=((nearest, "closest to", ref),),
+        reasoning=("nearest", (ref, tuple(present), nearest)),
+    )
+
+
+def _q_counting(rng, objects, cfg) -> Question | None:
+    if rng.random() < 0.5:
+        values = sorted({o.shape for o in objects})
+        value = values[int(rng.integers(len(values)))]
+        members = tuple(i for i, o in enumerate(objects) if o.shape == value)
+        text = f"How many {value}s are there in the image?"
+    else:
+        values = sorted({o.color for o in objects})
+        value = values[int(rng.integers(len(values)))]
+        members = tuple(i for i, o in enumerate(objects) if o.color == value)
+        text = f"How many {value} objects are there in the image?"
+    count = len(members)
+    pool = [c for c in range(0, max(count + 4, 6)) if c != count]
+    wrong = [pool[int(i)] for i in rng.choice(len(pool), size=3, replace=False)]
+    options, letter = _letter_options(rng, [str(c) for c in [count, *wrong]], str(count))
+    return Question(
+        category="counting",
+        text=text,
+        options=tuple(options),
+        answer=letter,
+        relevant=members,
+        relations=(),
+        reasoning=("counting", (members, count)),
+    )
+
+
+def _q_distance(rng, objects, cfg) -> Question | None:
+    i, j = (int(x) for x in rng.choice(len(objects), size=2, replace=False))
+    d = center_distance(objects[i], objects[j])
+    answer = float(max(1, int(round(d))))
+    return Question(
+        category="distance",
+        text=(
+            f"What is the distance in pixels between the centres of the {objects[i].label} "
+            f"and the {objects[j].label}? Answer with a number."
+        ),
+        options=(),
+        answer=answer,
+        relevant=(i, j),
+        relations=(),
+        reasoning=("distance", (i, j, answer)),
+    )
+
+
+_BUILDERS = {
+    "relative_position": _q_relative,
+    "size": _q_size,
+    "nearest": _q_nearest,
+    "counting": _q_counting,
+    "distance": _q_distance,
+}
+
+
+# ---------------------------------------------------------------- pseudo-GT
+
+
+def pseudo_gt(
+    rng: np.random.Generator, objects: Sequence[SceneObject], relevant: Sequence[int], cfg: SyntheticConfig
+) -> tuple[tuple[GTBox, ...], tuple[dict, ...]]:
+    """Noisy normalised boxes for the relevant objects, then the A.3 corruption.
+
+    Returns (boxes, one record per relevant object: its label, its box before corruption and the corruption kind)."""
+    boxes: list[GTBox] = []
+    kinds: list[dict] = []
+    for i in relevant:
+        o = objects[i]
+        clean = to_norm(o.bbox, cfg.width, cfg.height)
+        v = float(rng.uniform(cfg.min_validity, 1.0))
+        box = _jitter(rng, clean, cfg.box_noise * (1.0 - v))
+        box_before = box
+        label = o.label
+        kind = "none"
+        if rng.random() < cfg.corrupt_fraction:
+            kind = CORRUPTIONS[int(rng.integers(len(CORRUPTIONS)))]
+            others = [p.label for p in objects if p.label != label]
+            if kind == "relabelled" and not others:
+                kind = "displaced"
+            if kind == "relabelled":
+                label = others[int(rng.integers(len(others)))]
+            elif kind == "displaced":
+                box = displace(rng, box, cfg.displace_iou)
+        kinds.append({"label": o.label, "box": list(box_before), "kind": kind})
+        if kind != "removed":
+            boxes.append(GTBox(bbox=tuple(float(c) for c in box), label=label, validity=round(v, 4)))  # type: ignore[arg-type]
+    return tuple(boxes), tuple(kinds)
+
+
+def _jitter(rng: np.random.Generator, box: Sequence[int], scale: float) -> tuple[int, int, int, int]:
+    """Each coordinate moved by N(0, (scale * side)^2), kept inside the frame with x2 > x1 and y2 > y1."""
+    x1, y1, x2, y2 = box
+    sx = scale * (x2 - x1)
+    sy = scale * (y2 - y1)
+    n = rng.normal(size=4)
+    x1, x2 = _ordered(x1 + n[0] * sx, x2 + n[2] * sx)
+    y1, y2 = _ordered(y1 + n[1] * sy, y2 + n[3] * sy)
+    return (x1, y1, x2, y2)
+
+
+def _ordered(lo: float, hi: float) -> tuple[int, int]:
+    a = min(max(int(round(lo)), 0), NORM)
+    b = min(max(int(round(hi)), 0), NORM)
+    if b <= a:
+        a, b = (a, a + 1) if a < NORM else (NORM - 1, NORM)
+    return a, b
+
+
+def displace(rng: np.random.Generator, box: Sequence[int], max_iou: float) -> tuple[int, int, int, int]:
+    """The same-size box moved inside the frame until its IoU with the original is below max_iou (A.3)."""
+    x1, y1, x2, y2 = box
+    w, h = x2 - x1, y2 - y1
+    for _ in range(1000):
+        nx = int(rng.integers(0, NORM - w + 1))
+        ny = int(rng.integers(0, NORM - h + 1))
+        moved = (nx, ny, nx + w, ny + h)
+        if iou(moved, box) < max_iou:
+            return moved
+    raise RuntimeError(f"cannot displace box {box} to IoU < {max_iou} inside the [0, {NORM}] frame")
+
+
+# ---------------------------------------------------------------- scene graph and reference completions
+
+
+def object_id(objects: Sequence[SceneObject], i: int) -> str:
+    """SpatialThinker id `red_circle.3`: the label with `_` for spaces, then the object's 1-based scene index."""
+    return f"{objects[i].label.replace(' ', '_')}.{i + 1}"
+
+
+def scene_graph(objects: Sequence[SceneObject], q: Question) -> dict:
+    """The SpatialThinker reference: the question's objects (pixel boxes) and the relations its answer rests on."""
+    present = list(dict.fromkeys(q.relevant))
+    return {
+        "objects": [{"id": object_id(objects, i), "bbox": list(objects[i].bbox)} for i in present],
+        "relationships": [
+            {"subject": object_id(objects, s), "predicate": p, "object": object_id(objects, o)}
+            for s, p, o in q.relations
+        ],
+    }
+
+
+def _fmt_center(o: SceneObject, frame) -> str:
+    x1, y1, x2, y2 = frame(o.bbox)
+    return f"({int(round((x1 + x2) / 2))}, {int(round((y1 + y2) / 2))})"
+
+
+def _reasoning(objects: Sequence[SceneObject], q: Question, frame) -> str:
+    """A short correct argument from the scene, coordinates written in `frame` (normalised or pixels)."""
+    kind, p = q.reasoning
+    if kind == "relative":
+        i, j, d = p
+        a, b = objects[i], objects[j]
+        axis = "x" if d in ("left", "right") else "y"
+        return (
+            f"The {a.label} is centred at {_fmt_center(a, frame)} and the {b.label} at {_fmt_center(b, frame)}. "
+            f"The {axis} difference dominates, so the {a.label} is {PREDICATES[d]} the {b.label}."
+        )
+    if kind == "size":
+        chosen, which, best = p
+        parts = ", ".join(f"the {objects[i].label} is {_side(objects[i], frame)} wide" for i in chosen)
+        return f"Comparing sizes: {parts}. The {which} of the listed objects is the {objects[best].label}."
+    if kind == "nearest":
+        ref, present, nearest = p
+        r = objects[ref]
+        parts = ", ".join(f"the {objects[i].label} at {_fmt_center(objects[i], frame)}" for i in present)
+        return (
+            f"The {r.label} is centred at {_fmt_center(r, frame)}. Candidates: {parts}. "
+            f"The closest is the {objects[nearest].label}."
+        )
+    if kind == "counting":
+        members, count = p
+        names = ", ".join(f"the {objects[i].label}" for i in members)
+        return f"Matching objects: {names}. That makes {count}."
+    i, j, answer = p
+    a, b = objects[i], objects[j]
+    (ax, ay), (bx, by) = a.center, b.center
+    return (
+        f"In pixels the {a.label} is centred at ({format_number(ax)}, {format_number(ay)}) and the {b.label} at "
+        f"({format_number(bx)}, {format_number(by)}). The distance is about {format_number(answer)} pixels."
+    )
+
+
+def _side(o: SceneObject, frame) -> int:
+    x1, _, x2, _ = frame(o.bbox)
+    return int(x2 - x1)
+
+
+def _observation(objects: Sequence[SceneObject]) -> str:
+    names = ", ".join(f"{'an' if o.label[0] in 'aeiou' else 'a'} {o.label}" for o in objects)
+    return f"The image shows {len(objects)} objects: {names}."
+
+
+def reference_completions(
+    objects: Sequence[SceneObject], q: Question, scene: dict, cfg: SyntheticConfig
+) -> dict[str, str]:
+    """One target completion per method's output format (SPEC 1.1-1.3), from the clean scene."""
+    norm = lambda b: to_norm(b, cfg.width, cfg.height)  # noqa: E731
+    pix = lambda b: b  # noqa: E731
+    final = q.answer if isinstance(q.answer, str) else format_number(q.answer)
+    box_lines = "".join(
+        json.dumps({"bbox_2d": list(norm(objects[i].bbox)), "label": objects[i].label}) + "\n"
+        for i in dict.fromkeys(q.relevant)
+    )
+    core = f"{box_lines}{BOX_LEAD}\n{_reasoning(objects, q, norm)}\n</think>\n{final}"
+    if isinstance(q.answer, str):
+        answer_text = f"({q.answer}) {q.options[LETTERS.index(q.answer)]}"
+    else:
+        answer_text = final
+    thinker = (
+        f"<observe>\n{_observation(objects)}\n</observe>\n"
+        f"<scene>\n{json.dumps(scene)}\n</scene>\n"
+        f"<think>\n{_reasoning(objects, q, pix)}\n</think>\n"
+        f"<answer>{answer_text}</answer>"
+    )
+    allo = (
+        f"Step1: Visual Clues\n{_observation(objects)} {_reasoning(objects, q, pix)}\n"
+        f"Step5: Final Answer\n<Answer>{final}</Answer>"
+    )
+    return {"spatialcore": core, "prosr": core, "spatialthinker": thinker, "allospatial": allo}
+
+
+# ---------------------------------------------------------------- samples
+
+
+def _rng(cfg: SyntheticConfig, split: str, index: int) -> np.random.Generator:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {list(SPLITS)}")
+    if index < 0:
+        raise ValueError(f"sample index must be >= 0, got {index}")
+    return np.random.default_rng([cfg.seed, SPLITS[split], index])
+
+
+def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool = True) -> Sample:
+    """Sample `index` of `split`: deterministic from (cfg, split, index). Without rendering, `image` is 0x0."""
+    rng = _rng(cfg, split, index)
+    while True:
+        objects = sample_scene(rng, cfg)
+        for _ in range(8):
+            qtype = cfg.question_types[int(rng.integers(len(cfg.question_types)))]
+            q = _BUILDERS[qtype](rng, objects, cfg)
+            if q is not None:
+                break
+        if q is not None:
+            break
+    boxes, kinds = pseudo_gt(rng, objects, list(dict.fromkeys(q.relevant)), cfg)
+    scene = scene_graph(objects, q)
+    image = render(objects, cfg.width, cfg.height) if render_image else np.zeros((0, 0, 3), np.uint8)
+    return Sample(
+        id=f"{split}-{index:06d}",
+        image=image,
+        question=q.text,
+        options=q.options,
+        answer=q.answer,
+        answer_type="choice" if q.options else "number",
+        category=q.category,
+        image_size=(cfg.width, cfg.height),
+        gt_boxes=boxes,
+        scene=scene,
+        reference=reference_completions(objects, q, scene, cfg),
+        meta={
+            "objects": [{"label": o.label, "shape": o.shape, "color": o.color, "bbox": list(o.bbox)} for o in objects],
+            "relevant": [objects[i].label for i in dict.fromkeys(q.relevant)],
+            "corruption": list(kinds),
+        },
+    )
+
+
+class SyntheticSource:
+    """A random-access sequence of `num` samples of one split (a grain data source)."""
+
+    def __init__(self, cfg: SyntheticConfig, split: str, num: int, render_image: bool = True):
+        if num < 0:
+            raise ValueError(f"num must be >= 0, got {num}")
+        _rng(cfg, split, 0)
+        self.cfg, self.split, self.num, self.render_image = cfg, split, num, render_image
+
+    def __len__(self) -> int:
+        return self.num
+
+    def __getitem__(self, index: int) -> Sample:
+        if not -self.num <= index < self.num:
+            raise IndexError(f"index {index} out of range for {self.num} samples")
+        return make_sample(self.cfg, self.split, index % self.num, self.render_image)
+
+
+def generate(cfg: SyntheticConfig, split: str, num: int, render_image: bool = True) -> list[Sample]:
+    return [make_sample(cfg, split, i, render_image) for i in range(num)]

@@ -1,0 +1,264 @@
+"""Typed configuration of the Qwen3-VL policy, read from and written to a Hugging Face `config.json` dict.
+
+The dataclasses are frozen and hold only hashable values (tuples, not lists), because NNX keeps the config as a
+static attribute of the model and jit caches compiled code on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+DType = Literal["float32", "bfloat16", "float16"]
+
+LORA_TEXT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_VISION_TARGETS = ("qkv", "proj", "linear_fc1", "linear_fc2")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    """The Qwen3 decoder (HF `text_config`)."""
+
+    vocab_size: int = 151936
+    hidden_size: int = 4096
+    intermediate_size: int = 12288
+    num_hidden_layers: int = 36
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    rope_theta: float = 5_000_000.0
+    mrope_section: tuple[int, int, int] = (24, 20, 20)
+    rms_norm_eps: float = 1e-6
+    attention_bias: bool = False
+    max_position_embeddings: int = 262144
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"text.{name} must be positive, got {getattr(self, name)}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"text.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"text.head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if len(self.mrope_section) != 3 or sum(self.mrope_section) != self.head_dim // 2:
+            raise ValueError(
+                f"text.mrope_section {self.mrope_section} must have 3 entries summing to head_dim/2 = {self.head_dim // 2}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionConfig:
+    """The ViT tower with patch merger and DeepStack mergers (HF `vision_config`)."""
+
+    depth: int = 27
+    hidden_size: int = 1152
+    intermediate_size: int = 4304
+    num_heads: int = 16
+    in_channels: int = 3
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    spatial_merge_size: int = 2
+    out_hidden_size: int = 4096
+    num_position_embeddings: int = 2304
+    deepstack_visual_indexes: tuple[int, ...] = (8, 16, 24)
+    rope_theta: float = 10000.0
+    hidden_act: Literal["gelu_pytorch_tanh", "gelu"] = "gelu_pytorch_tanh"
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"vision.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
+        if (self.hidden_size // self.num_heads) % 4:
+            raise ValueError("vision head_dim must be divisible by 4 (2D rotary over h and w)")
+        side = int(round(self.num_position_embeddings**0.5))
+        if side * side != self.num_position_embeddings:
+            raise ValueError(f"vision.num_position_embeddings must be a square, got {self.num_position_embeddings}")
+        bad = [i for i in self.deepstack_visual_indexes if not 0 <= i < self.depth]
+        if bad:
+            raise ValueError(f"vision.deepstack_visual_indexes {bad} outside [0, depth={self.depth})")
+
+    @property
+    def patch_dim(self) -> int:
+        """Length of one flattened patch row of `pixel_values` (C * tp * ps * ps, HF layout)."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+
+
+@dataclasses.dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters; rank 0 disables them (SpatialCORE Table 4: r=32, alpha=64, dropout 0.05; vision 4/8)."""
+
+    rank: int = 0
+    alpha: float = 64.0
+    dropout: float = 0.05
+    targets: tuple[str, ...] = LORA_TEXT_TARGETS
+    vision_rank: int = 0
+    vision_alpha: float = 8.0
+    vision_targets: tuple[str, ...] = LORA_VISION_TARGETS
+
+    def __post_init__(self):
+        if self.rank < 0 or self.vision_rank < 0:
+            raise ValueError(f"lora ranks must be >= 0, got rank={self.rank}, vision_rank={self.vision_rank}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+        unknown = sorted(set(self.targets) - set(LORA_TEXT_TARGETS))
+        if unknown:
+            raise ValueError(f"lora.targets {unknown} unknown; choose from {LORA_TEXT_TARGETS}")
+        unknown = sorted(set(self.vision_targets) - set(LORA_VISION_TARGETS))
+        if unknown:
+            raise ValueError(f"lora.vision_targets {unknown} unknown; choose from {LORA_VISION_TARGETS}")
+
+    @classmethod
+    def spatialcore(cls, vision: bool = True) -> "LoRAConfig":
+        """The paper's adapters (SpatialCORE Table 4)."""
+        return cls(rank=32, alpha=64.0, dropout=0.05, vision_rank=4 if vision else 0, vision_alpha=8.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Whole Qwen3-VL policy: decoder, vision tower, special tokens, adapters and dtypes."""
+
+    text: TextConfig = TextConfig()
+    vision: VisionConfig = VisionConfig()
+    lora: LoRAConfig = LoRAConfig()
+    image_token_id: int = 151655
+    video_token_id: int = 151656
+    vision_start_token_id: int = 151652
+    vision_end_token_id: int = 151653
+    tie_word_embeddings: bool = False
+    dtype: DType = "float32"
+    param_dtype: DType = "float32"
+
+    def __post_init__(self):
+        if self.vision.out_hidden_size != self.text.hidden_size:
+            raise ValueError(
+                f"vision.out_hidden_size ({self.vision.out_hidden_size}) must equal text.hidden_size ({self.text.hidden_size})"
+            )
+        if len(self.vision.deepstack_visual_indexes) > self.text.num_hidden_layers:
+            raise ValueError("more DeepStack features than decoder layers to receive them")
+        for name in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"):
+            tok = getattr(self, name)
+            if not 0 <= tok < self.text.vocab_size:
+                raise ValueError(f"{name}={tok} outside the vocabulary [0, {self.text.vocab_size})")
+
+    def replace(self, **kwargs: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **kwargs)
+
+    @classmethod
+    def tiny(
+        cls,
+        vocab_size: int = 256,
+        *,
+        image_token_id: int | None = None,
+        video_token_id: int | None = None,
+        vision_start_token_id: int | None = None,
+        vision_end_token_id: int | None = None,
+        tie_word_embeddings: bool = True,
+        lora: LoRAConfig = LoRAConfig(),
+        dtype: DType = "float32",
+        param_dtype: DType = "float32",
+    ) -> "ModelConfig":
+        """A < 1M-parameter model for tests and the CPU default.
+
+        Special token ids default to the last four ids of the vocabulary (image, video, vision start, vision end).
+        """
+        if vocab_size < 8:
+            raise ValueError(f"tiny(): vocab_size must be >= 8, got {vocab_size}")
+        ids = dict(
+            image_token_id=vocab_size - 4 if image_token_id is None else image_token_id,
+            video_token_id=vocab_size - 3 if video_token_id is None else video_token_id,
+            vision_start_token_id=vocab_size - 2 if vision_start_token_id is None else vision_start_token_id,
+            vision_end_token_id=vocab_size - 1 if vision_end_token_id is None else vision_end_token_id,
+        )
+        text = TextConfig(
+            vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0,
+            mrope_section=(4, 2, 2), max_position_embeddings=32768,
+        )
+        vision = VisionConfig(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, patch_size=14, temporal_patch_size=2,
+            spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=64, deepstack_visual_indexes=(0,),
+        )
+        return cls(text=text, vision=vision, lora=lora, tie_word_embeddings=tie_word_embeddings,
+                   dtype=dtype, param_dtype=param_dtype, **ids)
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any], *, lora: LoRAConfig = LoRAConfig(), dtype: DType = "float32",
+                param_dtype: DType | None = None) -> "ModelConfig":
+        """Builds the config from a Qwen3-VL `config.json` dict (accepts `rope_parameters` or legacy `rope_scaling`)."""
+        if hf.get("model_type") not in (None, "qwen3_vl"):
+            raise ValueError(f"unsupported model_type {hf.get('model_type')!r}; expected 'qwen3_vl'")
+        t = dict(hf.get("text_config") or {})
+        v = dict(hf.get("vision_config") or {})
+        if not t or not v:
+            raise ValueError("config.json needs both text_config and vision_config")
+        rope = dict(t.get("rope_parameters") or t.get("rope_scaling") or {})
+        if rope.get("rope_type", rope.get("type", "default")) not in ("default", "mrope"):
+            raise ValueError(f"unsupported text rope type {rope.get('rope_type')!r}")
+        theta = rope.get("rope_theta", t.get("rope_theta", 5_000_000.0))
+        head_dim = t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"]
+        if t.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"unsupported text hidden_act {t.get('hidden_act')!r}")
+        text = TextConfig(
+            vocab_size=t["vocab_size"], hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
+            num_hidden_layers=t["num_hidden_layers"], num_attention_heads=t["num_attention_heads"],
+            num_key_value_heads=t.get("num_key_value_heads") or t["num_attention_heads"], head_dim=head_dim,
+            rope_theta=float(theta), mrope_section=tuple(rope.get("mrope_section", (24, 20, 20))),
+            rms_norm_eps=float(t.get("rms_norm_eps", 1e-6)), attention_bias=bool(t.get("attention_bias", False)),
+            max_position_embeddings=int(t.get("max_position_embeddings", 262144)),
+        )
+        vrope = dict(v.get("rope_parameters") or {})
+        vision = VisionConfig(
+            depth=v["depth"], hidden_size=v["hidden_size"], intermediate_size=v["intermediate_size"],
+            num_heads=v["num_heads"], in_channels=v.get("in_channels", 3), patch_size=v["patch_size"],
+            temporal_patch_size=v.get("temporal_patch_size", 2), spatial_merge_size=v.get("spatial_merge_size", 2),
+            out_hidden_size=v["out_hidden_size"], num_position_embeddings=v["num_position_embeddings"],
+            deepstack_visual_indexes=tuple(v.get("deepstack_visual_indexes", ())),
+            rope_theta=float(vrope.get("rope_theta", 10000.0)), hidden_act=v.get("hidden_act", "gelu_pytorch_tanh"),
+        )
+        tie = hf.get("tie_word_embeddings", t.get("tie_word_embeddings", False))
+        defaults = cls()
+        return cls(
+            text=text, vision=vision, lora=lora, tie_word_embeddings=bool(tie),
+            image_token_id=hf.get("image_token_id", defaults.image_token_id),
+            video_token_id=hf.get("video_token_id", defaults.video_token_id),
+            vision_start_token_id=hf.get("vision_start_token_id", defaults.vision_start_token_id),
+            vision_end_token_id=hf.get("vision_end_token_id", defaults.vision_end_token_id),
+            dtype=dtype, param_dtype=param_dtype or dtype,
+        )
+
+    def to_hf(self, torch_dtype: str | None = None) -> dict[str, Any]:
+        """A `config.json` dict that transformers' Qwen3VLConfig reads back to the same architecture."""
+        t, v = self.text, self.vision
+        return {
+            "architectures": ["Qwen3VLForConditionalGeneration"],
+            "model_type": "qwen3_vl",
+            "dtype": torch_dtype or self.param_dtype,
+            "image_token_id": self.image_token_id,
+            "video_token_id": self.video_token_id,
+            "vision_start_token_id": self.vision_start_token_id,
+            "vision_end_token_id": self.vision_end_token_id,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "text_config": {
+                "model_type": "qwen3_vl_text",
+                "vocab_size": t.vocab_size, "hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size,
+                "num_hidden_layers": t.num_hidden_layers, "num_attention_heads": t.num_attention_heads,
+                "num_key_value_heads": t.num_key_value_heads, "head_dim": t.head_dim, "hidden_act": "silu",
+                "rms_norm_eps": t.rms_norm_eps, "attention_bias": t.attention_bias, "attention_dropout": 0.0,
+                "max_position_embeddings": t.max_position_embeddings,
+                "tie_word_embeddings": self.tie_word_embeddings,
+                "rope_parameters": {"rope_type": "default", "rope_theta": t.rope_theta,
+                                    "mrope_section": list(t.mrope_section), "mrope_interleaved": True},
+            },
+            "vision_config": {
+                "model_type": "qwen3_vl_vision",
+                "depth": v.depth, "hidden_size": v.hidden_size, "intermediate_size": v.intermediate_size,
+                "num_heads": v.num_heads, "in_channels": v.in_channels, "patch_size": v.patch_size,
+                "temporal_patch_size": v.temporal_patch_size, "spatial_merge_size": v.spatial_merge_size,
+                "out_hidden_size": v.out_hidden_size, "num_position_embeddings": v.num_position_embeddings,
+                "deepstack_visual_indexes": list(v.deepstack_visual_indexes), "hidden_act": v.hidden_act,
+                "rope_parameters": {"rope_type": "axial", "rope_theta": v.rope_theta},
+            },
+        }

@@ -1,0 +1,190 @@
+"""Qwen3-VL (vision tower + Qwen3 decoder) in Flax NNX, numerically equal to transformers 5.24's
+`Qwen3VLForConditionalGeneration` (images only; video inputs are not supported).
+
+Public API (stable; sampling/ and rl/ build on it)
+---------------------------------------------------
+Config (spatial_jax.models.config)
+    ModelConfig(text=TextConfig, vision=VisionConfig, lora=LoRAConfig, image_token_id, video_token_id,
+                vision_start_token_id, vision_end_token_id, tie_word_embeddings, dtype, param_dtype)
+    ModelConfig.from_hf(config_json_dict, lora=LoRAConfig(), dtype="float32", param_dtype=None) / .to_hf()
+    ModelConfig.tiny(vocab_size=256, image_token_id=None, ..., tie_word_embeddings=True, lora=LoRAConfig())
+        (< 1M parameters; special ids default to the last four ids: image, video, vision start, vision end)
+    LoRAConfig(rank, alpha, dropout, targets, vision_rank, vision_alpha, vision_targets); LoRAConfig.spatialcore()
+
+Model
+    model = Qwen3VL(cfg, rngs=nnx.Rngs(0))   (eager), or create_model(cfg, seed=0, mesh=None) (one jit call, sharded)
+    logits, new_cache = model(input_ids [B,T] int32, *, positions [3,B,T] int32 | None, attention_mask [B,T] | None,
+                              pixel_values [P, C*tp*ps*ps] | None, image_grid_thw [n_img,3] | None,
+                              vision: VisionInputs | None, cache: KVCache | None, cache_index: int32 scalar | None,
+                              return_hidden=False)
+        logits [B,T,V] float32 (or the final normed hidden states [B,T,D] in cfg.dtype when return_hidden).
+        attention_mask: 1 = real token (left padding). Without a cache it is the whole sequence's mask; with a cache
+        it is the mask of the T tokens of this call (stored into the cache's key mask at slots cache_index..+T).
+        positions: from `get_rope_index` (prompt) and `rope.decode_positions` (continuation); when None, text-only
+        positions cumsum(attention_mask)-1 are used (an error with images or a cache).
+        pixel_values + image_grid_thw (host arrays) are turned into `VisionInputs` here; inside jit pass
+        `vision=prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, pad_to=...)` instead.
+        The image tokens of input_ids (all rows, row-major) receive the merged patch features in order.
+    positions, rope_deltas = model.get_rope_index(input_ids, image_grid_thw, attention_mask)   # numpy, host side
+        positions [3,B,T] int32, rope_deltas [B] int32 (HF's [B,1] squeezed).
+    cache = model.init_cache(batch, max_len, dtype=None)   # KVCache: keys/values tuples of [B,max_len,n_kv,hd],
+        mask [B,max_len] int32. Prefill: model(prompt, cache=cache, cache_index=0, ...); decode step s:
+        model(tok [B,1], positions=decode_positions(n_real, rope_deltas), attention_mask=ones [B,1],
+        cache=cache, cache_index=prompt_len + s). Shapes are static, so one jit compile serves every step.
+    model.lm_head_weight() -> W [D,V] (the embedding transposed when tied), for the fused log-prob kernel on
+        `model(..., return_hidden=True)`.
+
+LoRA (spatial_jax.models.lora): every decoder q/k/v/o/gate/up/down projection (and the vision blocks' qkv, proj,
+    linear_fc1/2 when vision_rank > 0) is a `LoRALinear`; adapter factors are `LoRAParam` variables (B starts at 0).
+    `with disable_adapters(model): ...` runs the frozen base (the KL reference) from the same weights;
+    `merge_lora(model)` returns a merged copy; dropout runs only under
+    `nnx.view(model, deterministic=False, raise_if_not_found=False)`.
+
+Sharding (spatial_jax.models.sharding): parameters carry logical axis names; `RULES` maps them to the mesh axes of
+    `make_mesh(data, fsdp, tensor)`; `shard_model(model, mesh)` places parameters; run the forward under
+    `jax.set_mesh(mesh)` to constrain activations.
+
+Checkpoints (spatial_jax.models.hf_io): `from_pretrained(path, dtype=..., param_dtype=..., mesh=None, lora=...)`,
+    `save_pretrained(model, path)` (adapters merged), in HF safetensors layout, without torch.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from spatial_jax.models import rope
+from spatial_jax.models.config import ModelConfig
+from spatial_jax.models.layers import Embed, RMSNorm, param
+from spatial_jax.models.sharding import constrain, state_shardings
+from spatial_jax.models.text import DecoderLayer, KVCache, attention_mask_for
+from spatial_jax.models.vision import VisionInputs, VisionTower, prepare_vision_inputs
+
+
+def _is_concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+class Qwen3VL(nnx.Module):
+    """The whole vision-language model; attribute names follow HF's module tree."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None):
+        rngs = nnx.Rngs(0) if rngs is None else rngs
+        t = cfg.text
+        self.cfg = cfg
+        self.visual = VisionTower(cfg, rngs=rngs)
+        self.embed_tokens = Embed(t.vocab_size, t.hidden_size, axes=("vocab", "embed"), dtype=cfg.dtype,
+                                  param_dtype=cfg.param_dtype, rngs=rngs)
+        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(t.num_hidden_layers)])
+        self.norm = RMSNorm(t.hidden_size, eps=t.rms_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+        if cfg.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            w = jax.random.normal(rngs.params(), (t.hidden_size, t.vocab_size), jnp.float32) * t.hidden_size**-0.5
+            self.lm_head = param(w.astype(jnp.dtype(cfg.param_dtype)), ("embed", "vocab"))
+
+    def lm_head_weight(self) -> jax.Array:
+        """Output projection W [D, V] in the parameter dtype (tied: the token embedding transposed)."""
+        if self.lm_head is None:
+            return self.embed_tokens.embedding[...].T
+        return self.lm_head[...]
+
+    def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
+        return KVCache.zeros(self.cfg, batch, max_len, dtype)
+
+    def get_rope_index(self, input_ids, image_grid_thw=None, attention_mask=None) -> tuple[np.ndarray, np.ndarray]:
+        return rope.get_rope_index(
+            np.asarray(input_ids),
+            None if image_grid_thw is None else np.asarray(image_grid_thw),
+            None if attention_mask is None else np.asarray(attention_mask),
+            image_token_id=self.cfg.image_token_id,
+            spatial_merge_size=self.cfg.vision.spatial_merge_size,
+        )
+
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        *,
+        positions: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        pixel_values=None,
+        image_grid_thw=None,
+        vision: VisionInputs | None = None,
+        cache: KVCache | None = None,
+        cache_index: jax.Array | int | None = None,
+        return_hidden: bool = False,
+    ) -> tuple[jax.Array, KVCache | None]:
+        cfg = self.cfg
+        input_ids = jnp.asarray(input_ids, jnp.int32)
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
+        B, T = input_ids.shape
+        attention_mask = jnp.ones((B, T), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
+        if attention_mask.shape != (B, T):
+            raise ValueError(f"attention_mask shape {attention_mask.shape} != input_ids shape {(B, T)}")
+        if (cache is None) != (cache_index is None):
+            raise ValueError("cache and cache_index go together")
+        if pixel_values is not None:
+            if vision is not None or image_grid_thw is None:
+                raise ValueError("give pixel_values together with image_grid_thw, or vision=VisionInputs, not both")
+            vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision)
+        if positions is None:
+            if vision is not None or cache is not None:
+                raise ValueError("positions are required with images or a cache (use get_rope_index / decode_positions)")
+            positions = jnp.broadcast_to(jnp.maximum(jnp.cumsum(attention_mask, axis=1) - 1, 0)[None], (3, B, T))
+        positions = jnp.asarray(positions)
+        if positions.shape != (3, B, T):
+            raise ValueError(f"positions must be [3, B, T] = {(3, B, T)}, got {positions.shape}")
+
+        x = constrain(self.embed_tokens(input_ids), ("batch", "seq", "act_embed"))
+        deepstack: tuple[jax.Array, ...] = ()
+        if vision is not None:
+            img_mask = input_ids == cfg.image_token_id
+            if _is_concrete(input_ids, vision.segment_ids):
+                n_tok = int(img_mask.sum())
+                n_feat = int((np.asarray(vision.segment_ids) >= 0).sum()) // cfg.vision.spatial_merge_size**2
+                if n_tok != n_feat:
+                    raise ValueError(f"image tokens ({n_tok}) and image features ({n_feat}) do not match")
+            feats, deepstack = self.visual(vision)
+            # k-th image token (row-major) takes the k-th merged feature
+            idx = jnp.clip(jnp.cumsum(img_mask.reshape(-1)) - 1, 0, feats.shape[0] - 1).reshape(B, T)
+            x = jnp.where(img_mask[..., None], jnp.take(feats, idx, axis=0).astype(x.dtype), x)
+
+        cos, sin = rope.mrope_cos_sin(positions, cfg.text.head_dim, cfg.text.rope_theta, cfg.text.mrope_section)
+        cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+        mask, key_mask = attention_mask_for(attention_mask, cache, cache_index)
+
+        new_keys, new_values = [], []
+        for i, layer in enumerate(self.layers):
+            kv = None if cache is None else (cache.keys[i], cache.values[i])
+            x, new_kv = layer(x, cos, sin, mask, kv, cache_index)
+            if new_kv is not None:
+                new_keys.append(new_kv[0])
+                new_values.append(new_kv[1])
+            if i < len(deepstack):  # DeepStack: early layers get the multi-level visual features added
+                x = x + jnp.where(img_mask[..., None], jnp.take(deepstack[i], idx, axis=0).astype(x.dtype), 0)
+        x = self.norm(x)
+        new_cache = None if cache is None else KVCache(keys=tuple(new_keys), values=tuple(new_values), mask=key_mask)
+        if return_hidden:
+            return x, new_cache
+        logits = jnp.dot(x, self.lm_head_weight().astype(x.dtype), preferred_element_type=jnp.float32)
+        return constrain(logits, ("batch", "seq", "act_vocab")), new_cache
+
+
+def create_model(cfg: ModelConfig, *, seed: int = 0, mesh: jax.sharding.Mesh | None = None) -> Qwen3VL:
+    """A randomly initialised model built in one compiled call (much faster than eager construction), with its
+    parameters laid out on `mesh` by the sharding rules when one is given."""
+
+    @nnx.jit
+    def make():
+        model = Qwen3VL(cfg, rngs=nnx.Rngs(seed))
+        if mesh is not None:
+            state = nnx.state(model)
+            specs = jax.tree.map(lambda s: s.get_value(), state_shardings(state, mesh),
+                                 is_leaf=lambda x: isinstance(x, nnx.Variable))
+            nnx.update(model, jax.lax.with_sharding_constraint(state, specs))
+        return model
+
+    return make()

@@ -1,0 +1,137 @@
+"""Qwen3 decoder: RMSNorm, GQA attention with per-head q/k RMSNorm and M-RoPE, SwiGLU MLP, DeepStack injection,
+and a static-shape KV cache."""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spatial_jax.models.config import ModelConfig
+from spatial_jax.models.layers import RMSNorm, attention
+from spatial_jax.models.lora import LoRALinear
+from spatial_jax.models.rope import apply_rotary
+from spatial_jax.models.sharding import constrain
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Per-layer keys/values [B, S, n_kv, head_dim] and the key mask [B, S] (1 = slot holds a real token).
+
+    Slots are written in order: a forward with `cache_index=i` and T tokens fills slots [i, i+T) of every layer
+    and of `mask` (from that call's attention_mask), and its queries see the valid slots up to their own.
+    """
+
+    keys: tuple[jax.Array, ...]
+    values: tuple[jax.Array, ...]
+    mask: jax.Array
+
+    @property
+    def max_len(self) -> int:
+        return self.mask.shape[1]
+
+    @classmethod
+    def zeros(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> "KVCache":
+        t = cfg.text
+        dt = jnp.dtype(dtype or cfg.dtype)
+        shape = (batch, max_len, t.num_key_value_heads, t.head_dim)
+        names = ("batch", "cache_seq", "act_kv_heads", None)
+        keys = tuple(constrain(jnp.zeros(shape, dt), names) for _ in range(t.num_hidden_layers))
+        values = tuple(constrain(jnp.zeros(shape, dt), names) for _ in range(t.num_hidden_layers))
+        return cls(keys=keys, values=values, mask=jnp.zeros((batch, max_len), jnp.int32))
+
+
+def _lora_kwargs(cfg: ModelConfig, name: str) -> dict:
+    lo = cfg.lora
+    if lo.rank > 0 and name in lo.targets:
+        return dict(rank=lo.rank, alpha=lo.alpha, dropout=lo.dropout)
+    return {}
+
+
+class TextAttention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        t = cfg.text
+        self.num_heads = t.num_attention_heads
+        self.num_kv = t.num_key_value_heads
+        self.head_dim = t.head_dim
+        common = dict(use_bias=t.attention_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        self.q_proj = LoRALinear(t.hidden_size, self.num_heads * t.head_dim, axes=("embed", "heads"),
+                                 **common, **_lora_kwargs(cfg, "q_proj"))
+        self.k_proj = LoRALinear(t.hidden_size, self.num_kv * t.head_dim, axes=("embed", "kv_heads"),
+                                 **common, **_lora_kwargs(cfg, "k_proj"))
+        self.v_proj = LoRALinear(t.hidden_size, self.num_kv * t.head_dim, axes=("embed", "kv_heads"),
+                                 **common, **_lora_kwargs(cfg, "v_proj"))
+        self.o_proj = LoRALinear(self.num_heads * t.head_dim, t.hidden_size, axes=("heads", "embed"),
+                                 **common, **_lora_kwargs(cfg, "o_proj"))
+        self.q_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
+                              param_dtype=cfg.param_dtype)
+        self.k_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
+                              param_dtype=cfg.param_dtype)
+
+    def __call__(self, x, cos, sin, mask, cache_kv=None, cache_index=None):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).reshape(B, T, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).reshape(B, T, self.num_kv, self.head_dim))
+        v = self.v_proj(x).reshape(B, T, self.num_kv, self.head_dim)
+        q = constrain(apply_rotary(q, cos, sin), ("batch", "seq", "act_heads", None))
+        k = apply_rotary(k, cos, sin)
+        new_kv = None
+        if cache_kv is not None:
+            ck, cv = cache_kv
+            start = (0, cache_index, 0, 0)
+            k = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), start)
+            v = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), start)
+            new_kv = (k, v)
+        k = constrain(k, ("batch", "cache_seq", "act_kv_heads", None))
+        v = constrain(v, ("batch", "cache_seq", "act_kv_heads", None))
+        out = attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, self.head_dim**-0.5)
+        return self.o_proj(out.reshape(B, T, -1)), new_kv
+
+
+class TextMLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        t = cfg.text
+        common = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        self.gate_proj = LoRALinear(t.hidden_size, t.intermediate_size, axes=("embed", "mlp"),
+                                    **common, **_lora_kwargs(cfg, "gate_proj"))
+        self.up_proj = LoRALinear(t.hidden_size, t.intermediate_size, axes=("embed", "mlp"),
+                                  **common, **_lora_kwargs(cfg, "up_proj"))
+        self.down_proj = LoRALinear(t.intermediate_size, t.hidden_size, axes=("mlp", "embed"),
+                                    **common, **_lora_kwargs(cfg, "down_proj"))
+
+    def __call__(self, x):
+        h = jax.nn.silu(self.gate_proj(x)) * self.up_proj(x)
+        return self.down_proj(constrain(h, ("batch", "seq", "act_mlp")))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        t = cfg.text
+        norm = dict(eps=t.rms_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+        self.input_layernorm = RMSNorm(t.hidden_size, **norm)
+        self.post_attention_layernorm = RMSNorm(t.hidden_size, **norm)
+        self.self_attn = TextAttention(cfg, rngs=rngs)
+        self.mlp = TextMLP(cfg, rngs=rngs)
+
+    def __call__(self, x, cos, sin, mask, cache_kv=None, cache_index=None):
+        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache_kv, cache_index)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return constrain(x, ("batch", "seq", "act_embed")), new_kv
+
+
+def attention_mask_for(attention_mask: jax.Array, cache: KVCache | None, cache_index) -> tuple[jax.Array, jax.Array | None]:
+    """Boolean [B, T, S] visibility (causal and key-padding) and the cache's updated key mask.
+
+    Without a cache S = T; with one S = max_len and the T queries sit at slots cache_index .. cache_index+T-1.
+    """
+    B, T = attention_mask.shape
+    am = attention_mask.astype(jnp.int32)
+    if cache is None:
+        causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]
+        return causal[None] & (am[:, None, :] > 0), None
+    key_mask = jax.lax.dynamic_update_slice(cache.mask, am, (0, cache_index))
+    q_slot = cache_index + jnp.arange(T)
+    causal = jnp.arange(cache.max_len)[None, :] <= q_slot[:, None]
+    return causal[None] & (key_mask[:, None, :] > 0), key_mask

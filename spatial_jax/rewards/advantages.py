@@ -1,0 +1,74 @@
+"""Group-relative advantages (eq. 2, SpatialCORE; GRPO): A_i = (r_i - mean_G r) / (std_G r + eps)."""
+
+from __future__ import annotations
+
+from typing import Hashable, Literal, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spatial_jax.rewards._host import bucket, host_float64
+
+StdKind = Literal["population", "sample"]
+
+
+def group_advantages(
+    rewards: jax.Array,
+    eps: float = 1e-4,
+    std: StdKind = "population",
+    mask: jax.Array | None = None,
+) -> jax.Array:
+    """[num_groups, G] rewards -> advantages; `mask` marks real members of ragged groups (padding gets 0).
+
+    A group with one member, or whose members all share one reward, gets advantage 0 (SPEC 7).
+    """
+    if std not in ("population", "sample"):
+        raise ValueError(f"std must be 'population' or 'sample', got {std!r}")
+    r = jnp.asarray(rewards)
+    m = jnp.ones(r.shape, bool) if mask is None else jnp.asarray(mask, bool)
+    n = jnp.sum(m, axis=-1, keepdims=True)
+    nf = jnp.maximum(n, 1).astype(r.dtype)
+    mean = jnp.sum(jnp.where(m, r, 0), axis=-1, keepdims=True) / nf
+    sq = jnp.sum(jnp.where(m, (r - mean) ** 2, 0), axis=-1, keepdims=True)
+    denom = nf if std == "population" else jnp.maximum(nf - 1, 1)
+    sigma = jnp.sqrt(sq / denom)
+    hi = jnp.max(jnp.where(m, r, -jnp.inf), axis=-1, keepdims=True)
+    lo = jnp.min(jnp.where(m, r, jnp.inf), axis=-1, keepdims=True)
+    spread = (n > 1) & (hi > lo)
+    adv = (r - mean) / (sigma + eps)
+    return jnp.where(m & spread, adv, jnp.zeros((), r.dtype))
+
+
+_group_advantages_jit = jax.jit(group_advantages, static_argnames=("std",))
+
+
+def advantages_by_group(
+    rewards: Sequence[float],
+    groups: Sequence[Hashable | None],
+    eps: float = 1e-4,
+    std: StdKind = "population",
+) -> list[float | None]:
+    """Host helper: advantages for records sharing a group id; records with group None get None."""
+    if len(rewards) != len(groups):
+        raise ValueError(f"{len(rewards)} rewards but {len(groups)} group ids")
+    members: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        if g is not None:
+            members.setdefault(g, []).append(i)
+    out: list[float | None] = [None] * len(rewards)
+    if not members:
+        return out
+    # Padded to power-of-two buckets so that the jitted function compiles for a few shapes only.
+    width = bucket(max(len(v) for v in members.values()), 4)
+    table = np.zeros((bucket(len(members), 8), width), np.float64)
+    mask = np.zeros(table.shape, bool)
+    for row, idx in enumerate(members.values()):
+        table[row, : len(idx)] = [float(rewards[i]) for i in idx]
+        mask[row, : len(idx)] = True
+    with host_float64():
+        adv = np.asarray(_group_advantages_jit(table, eps, std, mask))
+    for row, idx in enumerate(members.values()):
+        for slot, i in enumerate(idx):
+            out[i] = float(adv[row, slot])
+    return out

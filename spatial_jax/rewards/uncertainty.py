@@ -1,0 +1,87 @@
+"""Box coordinate-token uncertainty (eq. 5, SpatialCORE): token positions of each coordinate's digits and H in [0, 1].
+
+Host side: digit character spans -> token positions (SPEC 7) -> padded [B, 4, K] entropy/mask arrays.
+Device side: `box_uncertainty_from_digits`, jittable and dtype-generic (the fused kernels import it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+LN10 = math.log(10.0)
+
+
+def box_uncertainty_from_digits(
+    digit_entropy: jax.Array, digit_mask: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Eq. 5: H = clip(mean_c mean_{t in S_c} h_t / ln|D|, 0, 1) per box, and whether H is defined.
+
+    digit_entropy, digit_mask: [..., 4, K]. Non-finite entropies count as masked. A box whose 4 coordinates do
+    not each keep >= 1 usable digit has no uncertainty: has_uncertainty is False and H is 0 (so omega = 1).
+    """
+    usable = digit_mask & jnp.isfinite(digit_entropy)
+    h = jnp.where(usable, digit_entropy, jnp.zeros((), digit_entropy.dtype))
+    count = jnp.sum(usable, axis=-1)
+    per_coord = jnp.sum(h, axis=-1) / jnp.maximum(count, 1).astype(h.dtype)
+    has = jnp.all(count > 0, axis=-1)
+    value = jnp.clip(jnp.mean(per_coord, axis=-1) / jnp.asarray(LN10, h.dtype), 0.0, 1.0)
+    return jnp.where(has, value, jnp.zeros((), h.dtype)), has
+
+
+def digit_token_positions(
+    completion: str, offsets: Sequence[tuple[int, int]], span: tuple[int, int]
+) -> list[int]:
+    """Tokens overlapping the character span [start, end) whose own text is made of digits only (SPEC 7)."""
+    a, b = span
+    out = []
+    for t, (s, e) in enumerate(offsets):
+        if s < b and e > a:
+            text = completion[s:e]
+            if text and text.isascii() and text.isdigit():
+                out.append(t)
+    return out
+
+
+def box_digit_positions(
+    completion: str, offsets: Sequence[tuple[int, int]], coord_spans: Sequence[tuple[int, int]]
+) -> list[list[int]]:
+    """Per coordinate (4 of them), the digit-token positions of that coordinate."""
+    return [digit_token_positions(completion, offsets, span) for span in coord_spans]
+
+
+def pack_box_digits(
+    positions: Sequence[Sequence[Sequence[int]]],
+    entropies: Sequence[float],
+    k: int | None = None,
+    rows: int | None = None,
+    dtype=np.float64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes' per-coordinate token positions -> padded ([B, 4, K] entropies, [B, 4, K] mask).
+
+    `rows` pads B (extra boxes fully masked), `k` pads K (at least the longest coordinate). A position outside
+    the entropy sequence is left masked.
+    """
+    ent = np.asarray(entropies, dtype=np.float64)
+    need_k = max([len(p) for box in positions for p in box] + [1])
+    k = need_k if k is None else k
+    if k < need_k:
+        raise ValueError(f"k={k} is smaller than the longest coordinate ({need_k} digit tokens)")
+    b = len(positions) if rows is None else rows
+    if b < len(positions):
+        raise ValueError(f"rows={b} is smaller than the number of boxes ({len(positions)})")
+    values = np.zeros((b, 4, k), dtype=dtype)
+    mask = np.zeros((b, 4, k), dtype=bool)
+    for i, box in enumerate(positions):
+        if len(box) != 4:
+            raise ValueError(f"box {i} has {len(box)} coordinates, expected 4")
+        for c, pos in enumerate(box):
+            for slot, t in enumerate(pos):
+                if 0 <= t < ent.shape[0]:
+                    values[i, c, slot] = ent[t]
+                    mask[i, c, slot] = True
+    return values, mask

@@ -1,0 +1,121 @@
+"""Training checkpoints with orbax: one array pytree (params/adapters, optimizer state, rng key) plus a JSON meta dict.
+
+Layout: <run_dir>/checkpoints/<step>/{state, meta}. Orbax writes each step into `<step>.orbax-checkpoint-tmp-*`
+and renames it when complete, so a run killed mid-save leaves only a tmp directory, which is never listed as a
+step and is deleted when the next Checkpointer opens the run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+_STATE = "state"
+_META = "meta"
+
+
+def abstract_like(target: Any) -> Any:
+    """jax.ShapeDtypeStruct pytree (with each array's sharding) describing how to restore into `target`.
+
+    Leaves may already be ShapeDtypeStructs (e.g. from jax.eval_shape with shardings attached): kept as they are.
+    """
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return x
+        return ocp.utils.to_shape_dtype_struct(x)
+
+    return jax.tree.map(leaf, target)
+
+
+class Checkpointer:
+    """Saves and restores (state pytree, meta dict) per training step.
+
+    run_dir: the run's directory; checkpoints go to run_dir/checkpoints.
+    max_to_keep: newest checkpoints kept (None keeps all).
+    save_interval: `save` writes only when step % save_interval == 0 (or force=True).
+    async_save: write in a background thread (call wait_until_finished before reading or exiting).
+    """
+
+    def __init__(self, run_dir: str | Path, max_to_keep: int | None = 3, save_interval: int = 1, async_save: bool = True):
+        if save_interval < 1:
+            raise ValueError(f"save_interval must be >= 1, got {save_interval}")
+        if max_to_keep is not None and max_to_keep < 1:
+            raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
+        self.directory = Path(run_dir).absolute() / "checkpoints"
+        self.save_interval = save_interval
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep,
+            save_interval_steps=1,  # the interval is applied in save(): orbax would also save the first step
+            cleanup_tmp_directories=True,
+            enable_async_checkpointing=async_save,
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=(_STATE, _META))
+
+    def save(self, step: int, state: Any, meta: dict[str, Any], force: bool = False) -> bool:
+        """Saves `state` (pytree of jax/numpy arrays, typed PRNG keys allowed) and `meta` (JSON-serialisable dict).
+
+        Returns True if a checkpoint for `step` was started (False when step is off the save interval).
+        """
+        if not isinstance(meta, dict):
+            raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
+        try:
+            json.dumps(meta, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"meta must be JSON-serialisable (plain numbers, strings, lists, dicts): {e}") from e
+        if not force and step % self.save_interval != 0:
+            return False
+        return self._manager.save(
+            int(step),
+            args=ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}),
+            force=force,
+        )
+
+    def latest_step(self) -> int | None:
+        """Newest completed checkpoint step, or None."""
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        """All completed checkpoint steps, ascending."""
+        return sorted(self._manager.all_steps())
+
+    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+        """Restores (state, meta) of `step` (default: the latest).
+
+        target: a pytree with the structure of the saved state whose leaves are arrays or jax.ShapeDtypeStructs;
+        each restored leaf takes that leaf's shape, dtype and sharding (so sharded state comes back sharded,
+        resharded if the target's sharding differs from the saved one).
+        """
+        self._manager.wait_until_finished()
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        elif step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; have {self.all_steps()}")
+        restored = self._manager.restore(
+            int(step),
+            args=ocp.args.Composite(
+                **{_STATE: ocp.args.StandardRestore(abstract_like(target)), _META: ocp.args.JsonRestore()}
+            ),
+        )
+        return restored[_STATE], dict(restored[_META])
+
+    def wait_until_finished(self) -> None:
+        """Blocks until any background save has been committed."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for pending saves and releases the manager's resources."""
+        self._manager.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,164 @@
+"""The run's typed configuration: `spatial-jax sft|train|eval --config configs/X.toml key=value ...`.
+
+The defaults are the README main job (configs/tiny_cpu.toml): a tiny random policy on the synthetic world, SFT then
+GRPO with the SpatialCORE reward, on CPU. `validate` checks what depends on the machine (mesh vs devices, batch
+divisibility) so a bad run fails at start, before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from spatial_jax.config import ConfigError
+from spatial_jax.data.pipeline import DataConfig
+from spatial_jax.models.config import LoRAConfig
+from spatial_jax.rewards.allospatial import AlloSpatialConfig
+from spatial_jax.rewards.prosr import ProSRConfig
+from spatial_jax.rewards.spatialcore import SpatialCOREConfig
+from spatial_jax.rewards.spatialthinker import SpatialThinkerConfig
+from spatial_jax.rl.losses import LossConfig
+from spatial_jax.rl.optim import OptimConfig
+from spatial_jax.sampling.config import SamplingConfig
+
+Method = Literal["spatialcore", "prosr", "spatialthinker", "allospatial"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+    """checkpoint: a Hugging Face Qwen3-VL directory (config.json + safetensors); "" builds the tiny random policy.
+
+    train_vision: whether the vision tower's weights (or its adapters) train; lora.rank 0 trains full weights.
+    min_pixels / max_pixels: the image processor's pixel budget (0 = the checkpoint's defaults).
+    """
+
+    checkpoint: str = ""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+    lora: LoRAConfig = LoRAConfig()
+    train_vision: bool = False
+    init_seed: int = 0
+    min_pixels: int = 0
+    max_pixels: int = 0
+    tokenizer_vocab_size: int = 768
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh (data, fsdp, tensor); the product must equal the number of devices used."""
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+    @property
+    def size(self) -> int:
+        return self.data * self.fsdp * self.tensor
+
+    @property
+    def batch_shards(self) -> int:
+        return self.data * self.fsdp
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """Cold start: completion-only cross-entropy on the dataset's reference completions (0 steps skips it)."""
+
+    steps: int = 0
+    batch_size: int = 8
+    optim: OptimConfig = OptimConfig(lr=2e-3, min_lr=2e-4, warmup_ratio=0.05, weight_decay=0.0)
+    checkpoint_every: int = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """GRPO / GSPO. Each step samples group_size rollouts for each of prompts_per_step prompts, scores them, and
+    runs updates_per_batch passes over them in micro-batches of micro_batch rollouts (0 = all at once)."""
+
+    steps: int = 0
+    prompts_per_step: int = 4
+    group_size: int = 4
+    updates_per_batch: int = 1
+    micro_batch: int = 0
+    loss: LossConfig = LossConfig()
+    optim: OptimConfig = OptimConfig()
+    sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_new_tokens=256)
+    advantage_eps: float = 1e-4
+    advantage_std: Literal["population", "sample"] = "population"
+    blank_fill: Literal["mean", "black", "white"] = "mean"
+    overlong_filter: bool = False
+    checkpoint_every: int = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """Greedy decoding on the held-out split after each stage (max_samples 0 = the whole split)."""
+
+    batch_size: int = 16
+    max_new_tokens: int = 256
+    max_samples: int = 0
+    after_sft: bool = True
+    after_rl: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardsConfig:
+    spatialcore: SpatialCOREConfig = SpatialCOREConfig()
+    prosr: ProSRConfig = ProSRConfig()
+    spatialthinker: SpatialThinkerConfig = SpatialThinkerConfig()
+    allospatial: AlloSpatialConfig = AlloSpatialConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    run_dir: str = "runs/tiny_cpu"
+    seed: int = 0
+    method: Method = "spatialcore"
+    policy: PolicyConfig = PolicyConfig()
+    data: DataConfig = DataConfig()
+    mesh: MeshConfig = MeshConfig()
+    sft: SFTConfig = SFTConfig()
+    rl: RLConfig = RLConfig()
+    eval: EvalConfig = EvalConfig()
+    rewards: RewardsConfig = RewardsConfig()
+    tensorboard: bool = True
+    progress: bool = True
+
+    def reward_config(self):
+        return getattr(self.rewards, self.method)
+
+
+def validate(cfg: TrainConfig, num_devices: int) -> None:
+    """Machine-dependent checks; raises ConfigError with the key to fix."""
+    if cfg.mesh.size != num_devices:
+        raise ConfigError(
+            f"mesh data*fsdp*tensor = {cfg.mesh.data}*{cfg.mesh.fsdp}*{cfg.mesh.tensor} = {cfg.mesh.size} "
+            f"but {num_devices} device(s) are visible; set mesh.* to use them all"
+        )
+    shards = cfg.mesh.batch_shards
+    rollouts = cfg.rl.prompts_per_step * cfg.rl.group_size
+    micro = cfg.rl.micro_batch or rollouts
+    if cfg.rl.steps > 0:
+        if cfg.rl.group_size < 2:
+            raise ConfigError(f"rl.group_size must be >= 2 for group-relative advantages, got {cfg.rl.group_size}")
+        if rollouts % micro:
+            raise ConfigError(
+                f"rl.prompts_per_step * rl.group_size = {rollouts} rollouts is not divisible by rl.micro_batch={micro}"
+            )
+        if micro % cfg.rl.group_size and cfg.rl.micro_batch:
+            raise ConfigError(f"rl.micro_batch={micro} must be a multiple of rl.group_size={cfg.rl.group_size}")
+        if micro % shards:
+            raise ConfigError(
+                f"rl micro-batch of {micro} rollouts is not divisible by mesh.data*mesh.fsdp = {shards}"
+            )
+        if cfg.rl.prompts_per_step % shards and cfg.method == "prosr":
+            raise ConfigError(
+                f"ProSR's blank rollouts need rl.prompts_per_step={cfg.rl.prompts_per_step} divisible by {shards}"
+            )
+    if cfg.sft.steps > 0 and cfg.sft.batch_size % shards:
+        raise ConfigError(f"sft.batch_size={cfg.sft.batch_size} is not divisible by mesh.data*mesh.fsdp = {shards}")
+    if cfg.eval.batch_size % shards:
+        raise ConfigError(f"eval.batch_size={cfg.eval.batch_size} is not divisible by mesh.data*mesh.fsdp = {shards}")
+    if cfg.rl.steps > 0 and cfg.rl.loss.aggregation == "seq_mean_token_sum_norm":
+        if cfg.rl.loss.max_completion_length < cfg.rl.sampling.max_new_tokens:
+            raise ConfigError("rl.loss.max_completion_length must be >= rl.sampling.max_new_tokens")

@@ -1,0 +1,199 @@
+"""Run metrics: one JSON line per step in metrics.jsonl, TensorBoard scalars, a progress bar, curve plots,
+and the mean / standard error summary used by evaluation reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _to_json_value(value: Any) -> Any:
+    """Python/numpy/jax scalars -> float or int; non-finite floats -> None (JSON has no NaN); strings kept."""
+    if isinstance(value, (str, bool)) or value is None:
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if hasattr(value, "shape") and getattr(value, "shape") == ():
+        value = value.item()
+        if isinstance(value, (bool, int)):
+            return value
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    raise TypeError(f"metric value {value!r} is not a scalar or string")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl; unparseable lines (e.g. a line cut by a kill) are skipped."""
+    rows = []
+    path = Path(path)
+    if not path.exists():
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                rows.append(row)
+    return rows
+
+
+class MetricsWriter:
+    """Appends {"step", "time", **metrics} per step to run_dir/metrics.jsonl and mirrors numbers to TensorBoard.
+
+    resume_step: the checkpoint step the run resumes from. Lines with step > resume_step (written after that
+    checkpoint by the killed run) are dropped, so the log has no duplicate steps. None starts a fresh log
+    (the previous file, if any, is emptied: with no checkpoint nothing of it can be continued).
+    tensorboard: write TensorBoard events under run_dir/tb (purging events after resume_step).
+    """
+
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / METRICS_FILE
+        keep = [] if resume_step is None else [r for r in read_metrics(self.path) if r["step"] <= resume_step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in keep:
+                f.write(json.dumps(row) + "\n")
+        os.replace(tmp, self.path)  # atomic: a kill here leaves either the old or the trimmed log
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            purge = None if resume_step is None else resume_step + 1
+            # A unique suffix keeps a resumed run in the same second from overwriting the previous event file.
+            self._tb = SummaryWriter(
+                logdir=str(self.run_dir / "tb"), purge_step=purge, filename_suffix=f".{time.time_ns()}"
+            )
+
+    def log(self, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Writes one line for `step` (flushed at once) and the numeric values to TensorBoard; returns the row."""
+        if "step" in metrics or "time" in metrics:
+            raise ValueError("metric names 'step' and 'time' are reserved")
+        row: dict[str, Any] = {"step": int(step), "time": time.time()}
+        for key, value in metrics.items():
+            row[str(key)] = _to_json_value(value)
+        self._file.write(json.dumps(row, allow_nan=False) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in row.items():
+                if key not in ("step", "time") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._tb.add_scalar(key, value, global_step=int(step))
+            self._tb.flush()
+        return row
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> "MetricsWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class ProgressBar:
+    """tqdm bar over training steps showing the latest value of `keys` (those present in each update)."""
+
+    def __init__(self, total: int, initial: int = 0, keys: Sequence[str] = ("loss", "reward_mean", "lr"),
+                 disable: bool | None = None, desc: str = "train", file: Any = None):
+        from tqdm.auto import tqdm
+
+        self.keys = tuple(keys)
+        self._bar = tqdm(total=total, initial=initial, disable=disable, desc=desc, dynamic_ncols=True, file=file)
+
+    @property
+    def n(self) -> int:
+        """Steps done so far (including `initial`)."""
+        return self._bar.n
+
+    def update(self, metrics: dict[str, Any], n: int = 1) -> str:
+        """Advances by n steps and shows the key figures; returns the postfix text."""
+        parts = {}
+        for key in self.keys:
+            if key in metrics and metrics[key] is not None:
+                value = _to_json_value(metrics[key])
+                parts[key] = f"{value:.4g}" if isinstance(value, float) else str(value)
+        self._bar.set_postfix(parts, refresh=False)
+        self._bar.update(n)
+        self._bar.refresh()
+        return ", ".join(f"{k}={v}" for k, v in parts.items())
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def plot_curves(metrics_jsonl: str | Path, out_png: str | Path, keys: Iterable[str], smooth: int = 1) -> list[str]:
+    """Plots each key against step (one panel per key, optional moving average over `smooth` points) to out_png.
+
+    Returns the keys that had data; keys without any value are drawn as an empty panel saying so.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(keys)
+    if not keys:
+        raise ValueError("plot_curves needs at least one key")
+    if smooth < 1:
+        raise ValueError(f"smooth must be >= 1, got {smooth}")
+    rows = read_metrics(metrics_jsonl)
+    cols = min(3, len(keys))
+    nrows = math.ceil(len(keys) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.2 * nrows), squeeze=False)
+    plotted = []
+    for ax, key in zip(axes.flat, keys):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        if not pts:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+            continue
+        steps, values = np.array(pts, dtype=np.float64).T
+        ax.plot(steps, values, alpha=0.35 if smooth > 1 else 1.0, color="C0")
+        if smooth > 1 and len(values) >= smooth:
+            kernel = np.ones(smooth) / smooth
+            ax.plot(steps[smooth - 1:], np.convolve(values, kernel, mode="valid"), color="C0")
+        ax.grid(alpha=0.3)
+        plotted.append(key)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    fig.tight_layout()
+    Path(out_png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return plotted
+
+
+def mean_sem(values: Iterable[float]) -> tuple[float, float, int]:
+    """(mean, standard error of the mean with ddof=1, n). n = 0 gives (0.0, 0.0, 0); n = 1 has standard error 0.
+
+    Non-finite values raise ValueError (a NaN score is a bug upstream, not something to average away).
+    """
+    arr = np.asarray(list(values), dtype=np.float64).ravel()
+    n = int(arr.size)
+    if n == 0:
+        return 0.0, 0.0, 0
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("mean_sem got non-finite values")
+    mean = float(arr.mean())
+    sem = float(arr.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    return mean, sem, n

@@ -1,0 +1,69 @@
+"""The policy a run trains: tokenizer, Qwen3-VL model placed on the mesh, image processor, trainable subset.
+
+The trainer works functionally on `nnx.split(model, trainable, ...)`: jitted steps take (trainable, frozen) states,
+so only the trainable state is differentiated, optimised and checkpointed (the frozen base is rebuilt from the seed
+or the Hugging Face checkpoint on resume).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+from flax import nnx
+
+from spatial_jax.data.image_processing import ImageProcessingConfig
+from spatial_jax.data.tokenizer import SpatialTokenizer, build_tokenizer
+from spatial_jax.models import LoRAParam, ModelConfig, Qwen3VL
+from spatial_jax.models.hf_io import from_pretrained
+from spatial_jax.models.sharding import make_mesh, shard_model
+from spatial_jax.rl.config import MeshConfig, PolicyConfig
+
+
+@dataclasses.dataclass
+class Policy:
+    model: Qwen3VL
+    tokenizer: SpatialTokenizer
+    image_cfg: ImageProcessingConfig
+    mesh: jax.sharding.Mesh
+    trainable: nnx.filterlib.Filter
+
+
+def trainable_filter(cfg: PolicyConfig) -> nnx.filterlib.Filter:
+    """Adapters when LoRA is on, else every weight; the vision tower only when train_vision."""
+    base = LoRAParam if (cfg.lora.rank > 0 or cfg.lora.vision_rank > 0) else nnx.Param
+    if cfg.train_vision:
+        return base
+    return nnx.All(base, nnx.Not(nnx.PathContains("visual")))
+
+
+def image_config(model_cfg: ModelConfig, cfg: PolicyConfig) -> ImageProcessingConfig:
+    default = ImageProcessingConfig()
+    return ImageProcessingConfig(
+        patch_size=model_cfg.vision.patch_size,
+        temporal_patch_size=model_cfg.vision.temporal_patch_size,
+        merge_size=model_cfg.vision.spatial_merge_size,
+        min_pixels=cfg.min_pixels or default.min_pixels,
+        max_pixels=cfg.max_pixels or default.max_pixels,
+    )
+
+
+def build_mesh(cfg: MeshConfig) -> jax.sharding.Mesh:
+    return make_mesh(cfg.data, cfg.fsdp, cfg.tensor, devices=jax.devices()[: cfg.size])
+
+
+def build_policy(cfg: PolicyConfig, mesh: jax.sharding.Mesh) -> Policy:
+    """A Hugging Face checkpoint (its own tokenizer) or the tiny random policy with the local tokenizer."""
+    if cfg.checkpoint:
+        path = Path(cfg.checkpoint)
+        tokenizer = SpatialTokenizer.load(path)
+        model = from_pretrained(path, dtype=cfg.dtype, param_dtype=cfg.param_dtype, mesh=mesh, lora=cfg.lora)
+    else:
+        tokenizer = build_tokenizer(cfg.tokenizer_vocab_size)
+        model_cfg = ModelConfig.tiny(
+            tokenizer.vocab_size, **tokenizer.model_token_ids(), lora=cfg.lora, dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+        )
+        model = shard_model(Qwen3VL(model_cfg, rngs=nnx.Rngs(cfg.init_seed)), mesh)
+    return Policy(model, tokenizer, image_config(model.cfg, cfg), mesh, trainable_filter(cfg))

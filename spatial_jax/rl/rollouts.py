@@ -1,0 +1,93 @@
+"""Rollouts: a batch of prompts -> G sampled completions each -> text, token offsets, rewards' records.
+
+Everything here is host-side glue around the jitted sampler; the numbers (tokens, old log-probs, entropies at
+temperature 1, masks) stay arrays for the loss, and each completion becomes a `Rollout` record for its scorer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from spatial_jax.data.pipeline import Batch
+from spatial_jax.data.tokenizer import SpatialTokenizer
+from spatial_jax.rewards.records import BlankRollout, Rollout, TokenTrace
+from spatial_jax.sampling.config import SamplingConfig
+from spatial_jax.sampling.sampler import generate
+
+
+@dataclasses.dataclass(frozen=True)
+class Completions:
+    """R = B * G rollouts of a prompt batch; rollout r answers prompt r // G."""
+
+    prompt_ids: np.ndarray  # int32 [R, P] (left-padded)
+    prompt_mask: np.ndarray  # int32 [R, P]
+    pixel_values: np.ndarray  # float32 [sum of patches, patch_dim], rows' patches in rollout order
+    image_grid_thw: np.ndarray  # int32 [R, 3]
+    tokens: np.ndarray  # int32 [R, N]
+    logprobs: np.ndarray  # float32 [R, N] at the sampling temperature (pi_old)
+    entropies: np.ndarray  # float32 [R, N] at temperature 1
+    mask: np.ndarray  # int32 [R, N]: generated tokens, the stop token included
+    texts: tuple[str, ...]
+    offsets: tuple[tuple[tuple[int, int], ...], ...]
+
+
+def repeat_batch(batch: Batch, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each prompt row (and its image patches) repeated group_size times, in place: row i -> rows i*G .. i*G+G-1."""
+    sizes = np.prod(batch.image_grid_thw, axis=-1)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    pixels = [batch.pixel_values[starts[i] : starts[i + 1]] for i in range(len(sizes)) for _ in range(group_size)]
+    return (
+        np.repeat(batch.input_ids, group_size, axis=0),
+        np.repeat(batch.attention_mask, group_size, axis=0),
+        np.concatenate(pixels, axis=0),
+        np.repeat(batch.image_grid_thw, group_size, axis=0),
+    )
+
+
+def sample(
+    model,
+    batch: Batch,
+    tokenizer: SpatialTokenizer,
+    cfg: SamplingConfig,
+    group_size: int,
+    seed: int,
+) -> Completions:
+    ids, mask, pixels, grid = repeat_batch(batch, group_size)
+    out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, cfg=dataclasses.replace(cfg, seed=seed))
+    tokens, m = np.asarray(out.tokens), np.asarray(out.mask)
+    texts, offsets = [], []
+    for r in range(tokens.shape[0]):
+        kept = tokenizer.trim_completion(tokens[r, : int(m[r].sum())])
+        text, off = tokenizer.decode_with_offsets(kept)
+        texts.append(text)
+        offsets.append(tuple(off))
+    return Completions(
+        prompt_ids=ids, prompt_mask=mask, pixel_values=pixels, image_grid_thw=grid, tokens=tokens,
+        logprobs=np.asarray(out.logprobs), entropies=np.asarray(out.entropies), mask=m,
+        texts=tuple(texts), offsets=tuple(offsets),
+    )
+
+
+def trace(c: Completions, r: int) -> TokenTrace:
+    n = len(c.offsets[r])
+    return TokenTrace(entropies=tuple(float(e) for e in c.entropies[r, :n]), offsets=c.offsets[r])
+
+
+def to_rollouts(
+    batch: Batch, c: Completions, group_size: int, step: int, blank: Completions | None = None
+) -> list[Rollout]:
+    """The scorers' records; a ProSR blank completion (one per prompt) is paired with every rollout of its group."""
+    out = []
+    for r, text in enumerate(c.texts):
+        i = r // group_size
+        sample_ = batch.records[i]
+        rollout = sample_.to_rollout(
+            text, rollout_id=f"{sample_.id}/{step}/{r % group_size}", trace=trace(c, r),
+            group=f"{step}/{sample_.id}/{i}", num_generated_tokens=int(c.mask[r].sum()),
+        )
+        if blank is not None:
+            rollout = dataclasses.replace(rollout, blank=BlankRollout(blank.texts[i], trace(blank, i)))
+        out.append(rollout)
+    return out

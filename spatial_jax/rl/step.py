@@ -1,0 +1,145 @@
+"""Jitted training steps: sequences -> final hidden states -> fused log-prob/entropy kernel -> loss -> update.
+
+A `SeqBatch` is a prompt block [R, P] (left-padded) followed by a target block [R, N] (right-padded): the completion
+in RL, the reference completion in SFT. Only the N target positions go through the LM head, via the fused kernel,
+so [R * N, V] logits are never held. Steps are pure functions of (trainable state, frozen state, optimiser state,
+batch) with the graph definition static, so one compile serves every step of a shape.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from spatial_jax.kernels import linear_logprob_entropy
+from spatial_jax.models import VisionInputs, disable_adapters, get_rope_index, prepare_vision_inputs
+from spatial_jax.models.sharding import logical_to_spec
+from spatial_jax.rl.losses import LossConfig, policy_loss, sft_loss
+
+
+@flax.struct.dataclass
+class SeqBatch:
+    input_ids: jax.Array  # int32 [R, P + N]
+    attention_mask: jax.Array  # int32 [R, P + N]
+    positions: jax.Array  # int32 [3, R, P + N]
+    vision: VisionInputs | None
+    target_mask: jax.Array  # float32 [R, N]: tokens that carry loss
+    prompt_len: int = flax.struct.field(pytree_node=False)
+
+
+@flax.struct.dataclass
+class RLData:
+    seq: SeqBatch
+    old_logp: jax.Array  # [R, N] at the sampling temperature
+    ref_logp: jax.Array  # [R, N] (zeros when the KL term is off)
+    advantages: jax.Array  # [R]
+
+
+def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pixel_values, image_grid_thw,
+                   loss_mask=None) -> SeqBatch:
+    """Host arrays -> SeqBatch (positions from the model's M-RoPE index over the whole sequence)."""
+    prompt_ids = np.asarray(prompt_ids, np.int32)
+    targets = np.asarray(targets, np.int32)
+    target_mask = np.asarray(target_mask, np.int32)
+    ids = np.concatenate([prompt_ids, targets], axis=1)
+    mask = np.concatenate([np.asarray(prompt_mask, np.int32), target_mask], axis=1)
+    positions, _ = get_rope_index(ids, image_grid_thw, mask, image_token_id=model_cfg.image_token_id,
+                                  spatial_merge_size=model_cfg.vision.spatial_merge_size)
+    vision = None
+    if pixel_values is not None:
+        vision = prepare_vision_inputs(pixel_values, image_grid_thw, model_cfg.vision)
+    loss = target_mask if loss_mask is None else np.asarray(loss_mask, np.int32) * target_mask
+    return SeqBatch(
+        input_ids=jnp.asarray(ids), attention_mask=jnp.asarray(mask), positions=jnp.asarray(positions, jnp.int32),
+        vision=vision, target_mask=jnp.asarray(loss, jnp.float32), prompt_len=prompt_ids.shape[1],
+    )
+
+
+def shard_batch(tree: Any, mesh) -> Any:
+    """Places every array with a leading rollout axis across (data, fsdp); the rest (vision packs) replicated."""
+    batch_spec = logical_to_spec(("batch",), None, mesh)
+
+    def put(path, x):
+        x = jnp.asarray(x)
+        names = [getattr(p, "name", "") for p in path]
+        if "vision" in names or x.ndim == 0:
+            spec = jax.sharding.PartitionSpec()
+        elif "positions" in names:
+            spec = jax.sharding.PartitionSpec(None, *batch_spec)
+        else:
+            spec = batch_spec
+        return jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
+
+    return jax.tree_util.tree_map_with_path(put, tree)
+
+
+def target_logprobs(model, seq: SeqBatch, temperature: float, impl: str = "auto") -> tuple[jax.Array, jax.Array]:
+    """(log pi(target) at `temperature`, full-vocabulary entropy at `temperature`), each [R, N], float32."""
+    hidden, _ = model(seq.input_ids, positions=seq.positions, attention_mask=seq.attention_mask, vision=seq.vision,
+                      return_hidden=True)
+    R, L, D = hidden.shape
+    P = seq.prompt_len
+    h = hidden[:, P - 1 : L - 1].reshape(-1, D)  # position t predicts token t + 1
+    tgt = seq.input_ids[:, P:].reshape(-1)
+    lp, ent = linear_logprob_entropy(h, model.lm_head_weight(), tgt, impl=impl, temperature=temperature)
+    return lp.reshape(R, L - P), ent.reshape(R, L - P)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def reference_logprobs(graphdef, trainable, frozen, seq: SeqBatch, temperature: float) -> jax.Array:
+    """log pi_ref: the same weights with adapters switched off (no second copy of the base)."""
+    model = nnx.merge(graphdef, trainable, frozen)
+    with disable_adapters(model):
+        return target_logprobs(model, seq, temperature)[0]
+
+
+def _merged(graphdef, trainable, frozen, rng):
+    """The model for a training forward; `rng` (None: no adapter dropout) seeds dropout for this step alone, so
+    the sampler and the KL reference stay deterministic and a resumed run draws the same masks."""
+    model = nnx.merge(graphdef, trainable, frozen)
+    if rng is not None:
+        model = nnx.view(model, deterministic=False, raise_if_not_found=False)
+        nnx.reseed(model, dropout=rng, default=rng)
+    return model
+
+
+def rl_loss(trainable, graphdef, frozen, data: RLData, cfg: LossConfig, temperature: float, rng):
+    model = _merged(graphdef, trainable, frozen, rng)
+    logp, ent = target_logprobs(model, data.seq, temperature)
+    ref = data.ref_logp if cfg.kl_coef > 0 else None
+    return policy_loss(logp, data.old_logp, data.advantages, data.seq.target_mask, cfg, ref_logp=ref,
+                       entropy=ent)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5, 6, 7), donate_argnums=(1, 3))
+def rl_update(graphdef, trainable, frozen, opt_state, data: RLData, cfg: LossConfig, temperature: float,
+              tx: optax.GradientTransformation, rng):
+    """One optimiser call on one micro-batch; returns (trainable, opt_state, loss, metrics)."""
+    (loss, metrics), grads = jax.value_and_grad(rl_loss, has_aux=True)(
+        trainable, graphdef, frozen, data, cfg, temperature, rng
+    )
+    updates, opt_state = tx.update(grads, opt_state, trainable)
+    trainable = optax.apply_updates(trainable, updates)
+    metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+    return trainable, opt_state, loss, metrics
+
+
+def sft_objective(trainable, graphdef, frozen, seq: SeqBatch, rng):
+    model = _merged(graphdef, trainable, frozen, rng)
+    logp, _ = target_logprobs(model, seq, 1.0)
+    return sft_loss(logp, seq.target_mask)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4), donate_argnums=(1, 3))
+def sft_update(graphdef, trainable, frozen, opt_state, tx: optax.GradientTransformation, seq: SeqBatch, rng):
+    (loss, metrics), grads = jax.value_and_grad(sft_objective, has_aux=True)(trainable, graphdef, frozen, seq, rng)
+    updates, opt_state = tx.update(grads, opt_state, trainable)
+    trainable = optax.apply_updates(trainable, updates)
+    return trainable, opt_state, loss, dict(metrics, grad_norm=optax.global_norm(grads))

@@ -1,0 +1,39 @@
+"""The sampler's typed configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How tokens are drawn. temperature 0 is greedy (argmax); top_k 0 and top_p 1.0 switch those filters off.
+
+    Filters apply in Hugging Face's order: logits / temperature, then top-k, then top-p on what top-k kept. Ties at
+    either cut-off are kept (the kept set never depends on the order of equal logits).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+    max_new_tokens: int = 256
+    seed: int = 0
+    pad_token_id: int = 0
+
+    def __post_init__(self):
+        if not self.temperature >= 0.0:
+            raise ValueError(f"SamplingConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingConfig.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if any(t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"SamplingConfig.stop_token_ids must be non-negative ids, got {self.stop_token_ids}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0

@@ -1,0 +1,216 @@
+"""Prefill + decode with a preallocated KV cache, for a batch of left-padded prompts with images.
+
+The sampler's whole state is one pytree (`SamplerState`): the KV cache (with its key mask), the next free cache slot,
+each row's count of real tokens and M-RoPE delta, the next-token logits, which rows are done, and the PRNG key. So a
+multi-turn rollout is a host loop of plain calls:
+
+    state = prefill(model, prompt_ids, prompt_mask, pixel_values=..., image_grid_thw=..., max_len=..., seed=...)
+    state, out = decode(model, state, cfg)            # rows stop at cfg.stop_token_ids (e.g. `</tool_call>`)
+    state = extend(model, state, tool_ids, tool_mask)  # tool output joins the context; its rows become live again
+    state, out2 = decode(model, state, cfg)
+
+`prefill` is `extend` from an empty cache. Decoding is one jitted `lax.while_loop` (static shapes: [B, 1] tokens,
+the cache is never resized), so one compile serves every step and every call with the same shapes and config.
+Tokens a row emits after it stopped are padding: they are written to the cache with key mask 0, so the cache holds
+exactly what a fresh prefill of the concatenated text would hold, at the same positions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from spatial_jax.models import KVCache, decode_positions, get_rope_index, prepare_vision_inputs
+from spatial_jax.sampling import logits as lg
+from spatial_jax.sampling.config import SamplingConfig
+
+
+@flax.struct.dataclass
+class SamplerState:
+    """Everything needed to continue a batch: pass it back to `decode` / `extend`."""
+
+    cache: KVCache
+    cache_index: jax.Array  # int32 scalar: next free cache slot (shared by all rows)
+    num_real: jax.Array  # [B] int32: real (unmasked) tokens in the row so far
+    rope_deltas: jax.Array  # [B] int32: position of the next text token = num_real + rope_delta
+    logits: jax.Array  # [B, V] float32: next-token logits after the last real token
+    done: jax.Array  # [B] bool: the row emits no more tokens until `extend` gives it new ones
+    key: jax.Array  # PRNG key for the next draw
+
+    @property
+    def max_len(self) -> int:
+        return self.cache.max_len
+
+
+@flax.struct.dataclass
+class SampleOutput:
+    """One `decode` call's completions, [B, max_new_tokens] each (padding after a row stops, mask 0 there)."""
+
+    tokens: jax.Array  # int32
+    logprobs: jax.Array  # float32: log softmax(logits / T) at the drawn token, full vocabulary (T = 1 when greedy)
+    entropies: jax.Array  # float32: entropy (nats) of softmax(logits) over the full vocabulary, temperature 1
+    mask: jax.Array  # int32: 1 up to and including the stop token
+    lengths: jax.Array  # [B] int32: sum of mask
+
+
+def init_state(model, batch: int, max_len: int, *, seed: int = 0, cache_dtype=None) -> SamplerState:
+    """An empty cache of `max_len` slots; every row is done until `extend` feeds it tokens."""
+    vocab = model.cfg.text.vocab_size
+    return SamplerState(
+        cache=model.init_cache(batch, max_len, cache_dtype),
+        cache_index=jnp.zeros((), jnp.int32),
+        num_real=jnp.zeros((batch,), jnp.int32),
+        rope_deltas=jnp.zeros((batch,), jnp.int32),
+        logits=jnp.zeros((batch, vocab), jnp.float32),
+        done=jnp.ones((batch,), bool),
+        key=jax.random.PRNGKey(seed),
+    )
+
+
+def _last_hidden_logits(model, hidden: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Logits [B, V] at each row's last real token (as the model computes them) and whether the row has one."""
+    T = mask.shape[1]
+    has = jnp.any(mask > 0, axis=1)
+    last = T - 1 - jnp.argmax(mask[:, ::-1] > 0, axis=1)
+    h = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
+    w = model.lm_head_weight()
+    return jnp.dot(h, w.astype(h.dtype), preferred_element_type=jnp.float32), has
+
+
+def _extend_impl(graphdef, params, state: SamplerState, tokens, mask, rel_positions, rel_deltas, vision):
+    model = nnx.merge(graphdef, params)
+    offset = state.num_real + state.rope_deltas  # position of each row's next text token
+    positions = rel_positions + offset[None, :, None]
+    hidden, cache = model(tokens, positions=positions, attention_mask=mask, vision=vision, cache=state.cache,
+                          cache_index=state.cache_index, return_hidden=True)
+    logits, has = _last_hidden_logits(model, hidden, mask)
+    return state.replace(
+        cache=cache,
+        cache_index=state.cache_index + tokens.shape[1],
+        num_real=state.num_real + mask.sum(axis=1).astype(jnp.int32),
+        rope_deltas=state.rope_deltas + rel_deltas,
+        logits=jnp.where(has[:, None], logits, state.logits),
+        done=state.done & ~has,
+    )
+
+
+_extend_jit = jax.jit(_extend_impl, static_argnums=(0,))
+
+
+def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=None, image_grid_thw=None,
+           pad_patches_to: int | None = None) -> SamplerState:
+    """Appends `tokens` [B, T] (real where `token_mask` is 1; any padding pattern) to every row's context.
+
+    Their positions continue each row's sequence (M-RoPE positions for image tokens when `pixel_values` and
+    `image_grid_thw` come with them), their keys/values enter the cache, and a row that receives at least one real
+    token becomes live again with the logits after its last one. Nothing is sampled and no log-probs are produced.
+    `pad_patches_to` pads the patches to a fixed count so differently sized images share one compile.
+    """
+    tokens = np.asarray(tokens, np.int32)
+    if tokens.ndim != 2 or tokens.shape[0] != state.done.shape[0]:
+        raise ValueError(f"tokens must be [B={state.done.shape[0]}, T], got shape {tokens.shape}")
+    mask = np.ones(tokens.shape, np.int32) if token_mask is None else np.asarray(token_mask, np.int32)
+    if mask.shape != tokens.shape:
+        raise ValueError(f"token_mask shape {mask.shape} != tokens shape {tokens.shape}")
+    used = int(state.cache_index)
+    if used + tokens.shape[1] > state.max_len:
+        raise ValueError(
+            f"KV cache overflow: {used} of {state.max_len} slots used, cannot append {tokens.shape[1]} more tokens"
+        )
+    if (pixel_values is None) != (image_grid_thw is None):
+        raise ValueError("pixel_values and image_grid_thw go together")
+    cfg = model.cfg
+    rel_positions, rel_deltas = get_rope_index(tokens, image_grid_thw, mask, image_token_id=cfg.image_token_id,
+                                               spatial_merge_size=cfg.vision.spatial_merge_size)
+    vision = None
+    if pixel_values is not None:
+        vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, pad_to=pad_patches_to)
+    graphdef, params = nnx.split(model)
+    return _extend_jit(graphdef, params, state, jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(rel_positions),
+                       jnp.asarray(rel_deltas), vision)
+
+
+def prefill(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None, max_len: int,
+            seed: int = 0, cache_dtype=None, pad_patches_to: int | None = None) -> SamplerState:
+    """Fresh cache of `max_len` slots filled with the (left-padded) prompts; ready for `decode`."""
+    input_ids = np.asarray(input_ids)
+    state = init_state(model, input_ids.shape[0], max_len, seed=seed, cache_dtype=cache_dtype)
+    return extend(model, state, input_ids, attention_mask, pixel_values=pixel_values,
+                  image_grid_thw=image_grid_thw, pad_patches_to=pad_patches_to)
+
+
+def _decode_impl(graphdef, params, state: SamplerState, cfg: SamplingConfig):
+    model = nnx.merge(graphdef, params)
+    B = state.done.shape[0]
+    N = cfg.max_new_tokens
+    stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
+    out = SampleOutput(
+        tokens=jnp.full((B, N), cfg.pad_token_id, jnp.int32),
+        logprobs=jnp.zeros((B, N), jnp.float32),
+        entropies=jnp.zeros((B, N), jnp.float32),
+        mask=jnp.zeros((B, N), jnp.int32),
+        lengths=jnp.zeros((B,), jnp.int32),
+    )
+
+    def cond(carry):
+        step, st, _ = carry
+        return (step < N) & ~jnp.all(st.done)
+
+    def body(carry):
+        step, st, o = carry
+        key, sub = jax.random.split(st.key)
+        live = ~st.done
+        tok = jnp.where(live, lg.choose(st.logits, sub, cfg), cfg.pad_token_id)
+        lp = jnp.where(live, lg.token_logprob(st.logits, tok, cfg.temperature), 0.0)
+        ent = jnp.where(live, lg.entropy(st.logits), 0.0)
+        o = o.replace(
+            tokens=o.tokens.at[:, step].set(tok),
+            logprobs=o.logprobs.at[:, step].set(lp),
+            entropies=o.entropies.at[:, step].set(ent),
+            mask=o.mask.at[:, step].set(live.astype(jnp.int32)),
+        )
+        stopped = live & jnp.any(tok[:, None] == stop_ids[None, :], axis=1)
+        logits, cache = model(tok[:, None], positions=decode_positions(st.num_real, st.rope_deltas),
+                              attention_mask=live[:, None].astype(jnp.int32), cache=st.cache,
+                              cache_index=st.cache_index)
+        st = st.replace(cache=cache, cache_index=st.cache_index + 1, num_real=st.num_real + live.astype(jnp.int32),
+                        logits=logits[:, 0], done=st.done | stopped, key=key)
+        return step + 1, st, o
+
+    _, state, out = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, out))
+    return state, out.replace(lengths=out.mask.sum(axis=1))
+
+
+_decode_jit = jax.jit(_decode_impl, static_argnums=(0, 3))
+
+
+def decode(model, state: SamplerState, cfg: SamplingConfig) -> tuple[SamplerState, SampleOutput]:
+    """Draws up to cfg.max_new_tokens tokens for every live row (stopping early once all rows are done).
+
+    The seed is not used here: randomness comes from `state.key` (set by `prefill`), so the compiled loop is
+    shared across seeds. Needs cfg.max_new_tokens free cache slots.
+    """
+    used = int(state.cache_index)
+    if used + cfg.max_new_tokens > state.max_len:
+        raise ValueError(
+            f"KV cache overflow: {used} of {state.max_len} slots used, cannot decode {cfg.max_new_tokens} more tokens"
+        )
+    graphdef, params = nnx.split(model)
+    return _decode_jit(graphdef, params, state, dataclasses.replace(cfg, seed=0))
+
+
+def generate(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None,
+             cfg: SamplingConfig = SamplingConfig(), max_len: int | None = None, cache_dtype=None,
+             pad_patches_to: int | None = None) -> tuple[SampleOutput, SamplerState]:
+    """prefill + decode in one call; the cache has room for the prompt plus cfg.max_new_tokens unless max_len says."""
+    prompt_len = np.asarray(input_ids).shape[1]
+    state = prefill(model, input_ids, attention_mask, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
+                    max_len=max_len or prompt_len + cfg.max_new_tokens, seed=cfg.seed, cache_dtype=cache_dtype,
+                    pad_patches_to=pad_patches_to)
+    state, out = decode(model, state, cfg)
+    return out, state

@@ -1,0 +1,253 @@
+"""The synthetic spatial world: answers recomputed independently from the boxes, exact rendering, pseudo-GT noise and
+A.3 corruption, scene graphs, and reference completions read back by the rewards' own parsers."""
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from spatial_jax.data import synthetic as syn
+from spatial_jax.data.records import LETTERS
+
+ALL = syn.SyntheticConfig(question_types=syn.QUESTION_TYPES)
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return syn.generate(ALL, "train", 160)
+
+
+def _objects(s):
+    return {o["label"]: o for o in s.meta["objects"]}
+
+
+def _center(o):
+    x1, y1, x2, y2 = o["bbox"]
+    return (x1 + x2) / 2, (y1 + y2) / 2
+
+
+def _area(o):
+    x1, y1, x2, y2 = o["bbox"]
+    return (x2 - x1) * (y2 - y1)
+
+
+def _iou(a, b):
+    iw = max(0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    u = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - iw * ih
+    return iw * ih / u
+
+
+def _expected_answer(s):
+    """The gold recomputed from the object boxes and the question text alone (independent of the generator)."""
+    objs = _objects(s)
+    q = s.question
+    if s.category == "relative_position":
+        a, b = re.fullmatch(r"Where is the (.+) relative to the (.+)\?", q).groups()
+        (ax, ay), (bx, by) = _center(objs[a]), _center(objs[b])
+        dx, dy = ax - bx, ay - by
+        assert max(abs(dx), abs(dy)) >= 2 * min(abs(dx), abs(dy)), "ambiguous direction asked"
+        return ("left" if dx < 0 else "right") if abs(dx) > abs(dy) else ("above" if dy < 0 else "below")
+    if s.category == "size":
+        which = re.fullmatch(r"Which of these objects is the (largest|smallest)\?", q).group(1)
+        present = [o for o in s.options if o in objs]
+        pick = max if which == "largest" else min
+        return pick(present, key=lambda lab: _area(objs[lab]))
+    if s.category == "nearest":
+        ref = re.fullmatch(r"Which object is closest to the (.+)\?", q).group(1)
+        rx, ry = _center(objs[ref])
+        others = [lab for lab in objs if lab != ref]
+        return min(others, key=lambda lab: math.dist(_center(objs[lab]), (rx, ry)))
+    if s.category == "counting":
+        m = re.fullmatch(r"How many (\w+?)s are there in the image\?", q)
+        if m:
+            return str(sum(o["shape"] == m.group(1) for o in objs.values()))
+        colour = re.fullmatch(r"How many (\w+) objects are there in the image\?", q).group(1)
+        return str(sum(o["color"] == colour for o in objs.values()))
+    a, b = re.match(r"What is the distance in pixels between the centres of the (.+) and the (.+)\?", q).groups()
+    return math.dist(_center(objs[a]), _center(objs[b]))
+
+
+def test_answers_recomputed_from_boxes(samples):
+    seen = set()
+    for s in samples:
+        seen.add(s.category)
+        expected = _expected_answer(s)
+        if s.answer_type == "number":
+            assert abs(s.answer - expected) <= 0.5 + 1e-9, s.question
+        else:
+            assert len(s.options) == 4 and len(set(s.options)) == 4
+            assert s.options[LETTERS.index(s.answer)] == expected, (s.question, s.options, s.answer)
+    assert seen == set(syn.QUESTION_TYPES)
+    letters = [s.answer for s in samples if s.answer_type == "choice"]
+    assert all(letters.count(x) > len(letters) / 10 for x in "ABCD"), "gold letters should be spread over A-D"
+
+
+def test_boxes_inside_image_and_rendering_exact():
+    cfg = syn.SyntheticConfig(width=80, height=64)
+    for i in range(30):
+        s = syn.make_sample(cfg, "heldout", i)
+        img = s.image
+        assert img.shape == (64, 80, 3) and img.dtype == np.uint8
+        objs = s.meta["objects"]
+        assert len({o["label"] for o in objs}) == len(objs)
+        for o in objs:
+            x1, y1, x2, y2 = o["bbox"]
+            assert 0 <= x1 < x2 <= 80 and 0 <= y1 < y2 <= 64
+            mask = np.all(img == np.array(syn.COLORS[o["color"]], np.uint8), axis=-1)
+            same = [p["bbox"] for p in objs if p["color"] == o["color"]]
+            inside = np.zeros_like(mask)
+            for bx1, by1, bx2, by2 in same:
+                inside[by1:by2, bx1:bx2] = True
+            assert not (mask & ~inside).any(), "colour outside its objects' boxes"
+            own = mask[y1:y2, x1:x2]
+            rows, cols = np.nonzero(own)
+            # the shape reaches every side of its box (a triangle's apex within one pixel of the top)
+            assert rows.min() <= 1 and rows.max() == y2 - y1 - 1 and cols.min() == 0 and cols.max() == x2 - x1 - 1
+        for b in s.gt_boxes:
+            x1, y1, x2, y2 = b.bbox
+            assert 0 <= x1 < x2 <= 1000 and 0 <= y1 < y2 <= 1000 and all(float(c).is_integer() for c in b.bbox)
+            assert syn.SyntheticConfig().min_validity <= b.validity <= 1.0
+
+
+def test_deterministic_and_splits_disjoint():
+    a = syn.make_sample(ALL, "train", 7)
+    b = syn.make_sample(ALL, "train", 7)
+    assert a.to_json("x.png") == b.to_json("x.png") and np.array_equal(a.image, b.image)
+    c = syn.make_sample(syn.SyntheticConfig(question_types=syn.QUESTION_TYPES, seed=1), "train", 7)
+    assert c.to_json("x.png") != a.to_json("x.png")
+    key = lambda s: (s.question, str(s.meta["objects"]))  # noqa: E731
+    train = {key(s) for s in syn.generate(ALL, "train", 60, render_image=False)}
+    held = {key(s) for s in syn.generate(ALL, "heldout", 60, render_image=False)}
+    assert len(train) == 60 and not train & held
+
+
+def test_validity_scales_noise():
+    exact = syn.SyntheticConfig(min_validity=1.0)
+    for i in range(10):
+        s = syn.make_sample(exact, "train", i, render_image=False)
+        objs = _objects(s)
+        for b in s.gt_boxes:
+            assert b.validity == 1.0
+            assert b.bbox == tuple(float(c) for c in syn.to_norm(objs[b.label]["bbox"], 96, 96))
+    cfg = syn.SyntheticConfig(min_validity=0.0, box_noise=0.3)
+    v, ious = [], []
+    for s in syn.generate(cfg, "train", 150, render_image=False):
+        objs = _objects(s)
+        for b in s.gt_boxes:
+            v.append(b.validity)
+            ious.append(_iou(b.bbox, syn.to_norm(objs[b.label]["bbox"], 96, 96)))
+    v, ious = np.array(v), np.array(ious)
+    assert ious[v > 0.8].mean() > ious[v < 0.3].mean() + 0.1
+    assert np.corrcoef(v, ious)[0, 1] > 0.3
+
+
+def test_corruption_rate_kinds_and_displacement():
+    cfg = syn.SyntheticConfig(corrupt_fraction=0.4)
+    kinds = []
+    for s in syn.generate(cfg, "train", 400, render_image=False):
+        objs = _objects(s)
+        records = s.meta["corruption"]
+        assert [r["label"] for r in records] == s.meta["relevant"]
+        kept = [r for r in records if r["kind"] != "removed"]
+        assert len(kept) == len(s.gt_boxes)
+        for r, b in zip(kept, s.gt_boxes):
+            if r["kind"] == "relabelled":
+                assert b.label != r["label"] and b.label in objs
+                assert list(b.bbox) == r["box"]
+            elif r["kind"] == "displaced":
+                assert b.label == r["label"] and _iou(b.bbox, r["box"]) < 0.6
+                assert (b.bbox[2] - b.bbox[0], b.bbox[3] - b.bbox[1]) == (
+                    r["box"][2] - r["box"][0],
+                    r["box"][3] - r["box"][1],
+                )
+            else:
+                assert b.label == r["label"] and list(b.bbox) == r["box"]
+        kinds.extend(r["kind"] for r in records)
+    n = len(kinds)
+    assert n > 800
+    rate = sum(k != "none" for k in kinds) / n
+    assert abs(rate - 0.4) < 0.05, rate  # ~4.5 standard deviations at n > 800
+    for k in syn.CORRUPTIONS:
+        assert kinds.count(k) > 0.08 * n, k
+    clean = syn.generate(syn.SyntheticConfig(), "train", 50, render_image=False)
+    assert all(r["kind"] == "none" for s in clean for r in s.meta["corruption"])
+
+
+def test_displace_reaches_iou_bound():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        w, h = rng.integers(1, 500, size=2)
+        x, y = rng.integers(0, 1000 - w), rng.integers(0, 1000 - h)
+        box = (int(x), int(y), int(x + w), int(y + h))
+        moved = syn.displace(rng, box, 0.6)
+        assert _iou(moved, box) < 0.6
+        assert 0 <= moved[0] < moved[2] <= 1000 and 0 <= moved[1] < moved[3] <= 1000
+
+
+def test_scene_graph(samples):
+    for s in samples:
+        objs = _objects(s)
+        ids = [o["id"] for o in s.scene["objects"]]
+        assert len(ids) == len(set(ids))
+        for o in s.scene["objects"]:
+            assert re.fullmatch(r"[a-zA-Z_]+\.\d+", o["id"])
+            label = o["id"].rsplit(".", 1)[0].replace("_", " ")
+            assert o["bbox"] == objs[label]["bbox"]
+        for r in s.scene["relationships"]:
+            assert r["subject"] in ids and r["object"] in ids
+        if s.category == "relative_position":
+            (rel,) = s.scene["relationships"]
+            assert rel["predicate"] == syn.PREDICATES[s.options[LETTERS.index(s.answer)]]
+
+
+def test_references_parse_with_the_reward_parsers(samples):
+    from spatial_jax.rewards import parse_harness, parse_scene
+    from spatial_jax.rewards.parse_think import parse_think
+
+    for s in samples:
+        gold = s.answer if s.answer_type == "choice" else None
+        core = parse_think(s.reference["spatialcore"])
+        assert s.reference["prosr"] == s.reference["spatialcore"]
+        assert [b.label for b in core.valid_boxes] == s.meta["relevant"]
+        assert len(core.valid_boxes) == len(core.boxes)
+        if gold:
+            assert core.well_formed_tail and core.answer == gold
+        thinker = parse_scene.parse(s.reference["spatialthinker"])
+        assert thinker.format_ok, thinker.errors
+        assert len(thinker.objects) == len(s.scene["objects"])
+        harness = parse_harness.parse(s.reference["allospatial"])
+        assert harness.has_step(1) and harness.has_step(5)
+        if gold:
+            assert harness.answer.strip() == gold
+        else:
+            assert float(harness.answer) == s.answer
+
+
+def test_references_earn_full_answer_reward():
+    from spatial_jax.rewards import allospatial, spatialcore, spatialthinker
+
+    mc = syn.generate(syn.SyntheticConfig(min_validity=1.0), "heldout", 6, render_image=False)
+    num = syn.generate(syn.SyntheticConfig(question_types=("distance",)), "heldout", 3, render_image=False)
+    core = spatialcore.score_batch([s.to_rollout(s.reference["spatialcore"]) for s in mc])
+    for r in core:
+        # exact boxes at validity 1: IoU 1, label similarity 1 -> 0.8 * (1 - 0.25) + 0.2 = 0.8 (eq 3, tau 0.25)
+        assert r["r_ans"] == 1.0 and r["well_formed"] == 1.0 and r["r_spatial"] == pytest.approx(0.8), r
+    for s in mc:
+        r = spatialthinker.score(s.to_rollout(s.reference["spatialthinker"]))
+        assert r["reward"] > 0.95, r
+    for s in mc + num:
+        r = allospatial.score(s.to_rollout(s.reference["allospatial"]))
+        assert r["accuracy"] == 1.0, r
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="question_types"):
+        syn.SyntheticConfig(question_types=("colour",))
+    with pytest.raises(ValueError, match="corrupt_fraction"):
+        syn.SyntheticConfig(corrupt_fraction=1.5)
+    with pytest.raises(ValueError, match="32x32"):
+        syn.SyntheticConfig(width=16)
+    with pytest.raises(ValueError, match="split"):
+        syn.make_sample(ALL, "test", 0)

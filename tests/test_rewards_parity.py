@@ -1,0 +1,223 @@
+"""Main (JAX/numpy) vs independent torch float64 reference: 1,000 random cases per numeric function + edge cases.
+
+Tolerance: 1e-6 absolute everywhere (both sides run in float64; observed differences are ~1e-15).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from spatial_jax.reference import advantages_torch, geometry_torch, prosr_torch, spatialcore_torch
+from spatial_jax.rewards import geometry, synthetic
+from spatial_jax.rewards._host import host_float64
+from spatial_jax.rewards.advantages import advantages_by_group, group_advantages
+from spatial_jax.rewards.prosr import ProSRConfig, l1_normalise, resample, segment_bounds, segment_means
+from spatial_jax.rewards.prosr import score_batch as prosr_main
+from spatial_jax.rewards.prosr import trajectory_similarity
+from spatial_jax.rewards.spatialcore import SpatialCOREConfig, f_alpha, match, pair_rewards, precision, recall
+from spatial_jax.rewards.spatialcore import score_batch as spatialcore_main
+from spatial_jax.rewards.text import label_similarity
+from spatial_jax.rewards.uncertainty import box_uncertainty_from_digits, digit_token_positions, pack_box_digits
+
+TOL = 1e-6
+N = 1000
+CFG = SpatialCOREConfig()
+WORDS = ["black", "sedan", "car", "red", "man", "tree", "ahead", "2", "light", ""]
+
+
+def random_boxes(rng, n):
+    b = rng.uniform(0, 100, size=(n, 4))
+    ints = rng.random(n) < 0.5
+    b[ints] = np.round(b[ints])
+    degenerate = rng.random(n) < 0.1
+    b[degenerate, 2] = b[degenerate, 0]  # zero width
+    inverted = rng.random(n) < 0.05
+    b[inverted, 3] = b[inverted, 1] - 5  # inverted height
+    same = rng.random(n) < 0.05
+    return b, same
+
+
+def random_label(rng):
+    return " ".join(rng.choice(WORDS, size=int(rng.integers(0, 4))))
+
+
+def test_iou_and_ciou_parity():
+    rng = np.random.default_rng(1)
+    a, same = random_boxes(rng, N)
+    b, _ = random_boxes(rng, N)
+    b[same] = a[same]
+    got_iou = np.array([geometry.iou(x, y) for x, y in zip(a, b)])
+    ref_iou = np.array([geometry_torch.iou(x, y) for x, y in zip(a, b)])
+    np.testing.assert_allclose(got_iou, ref_iou, atol=TOL, rtol=0)
+    np.testing.assert_allclose(geometry.pairwise_iou(a[:40], b[:30]),
+                               geometry_torch.pairwise_iou(a[:40], b[:30]).numpy(), atol=TOL, rtol=0)
+    got = geometry.pairwise_ciou(a, b).diagonal()
+    ref = geometry_torch.pairwise_ciou(torch.tensor(a), torch.tensor(b)).numpy().diagonal()
+    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+    assert np.all(np.isfinite(got))
+
+
+def test_label_similarity_and_pair_reward_parity():
+    rng = np.random.default_rng(2)
+    a = [random_label(rng) for _ in range(N)]
+    b = [random_label(rng) for _ in range(N)]
+    got = np.array([label_similarity(x, y) for x, y in zip(a, b)])
+    ref = np.array([float(spatialcore_torch.label_similarity_matrix([x], [y])[0, 0]) for x, y in zip(a, b)])
+    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+    for _ in range(N // 10):  # 1,000 pair rewards in 100 random 10-entry matrices
+        n, m = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        pb, _ = random_boxes(rng, n)
+        gb, _ = random_boxes(rng, m)
+        pl, gl = [random_label(rng) for _ in range(n)], [random_label(rng) for _ in range(m)]
+        v = rng.uniform(0, 1, m)
+        got = pair_rewards(pb, pl, gb, gl, v, CFG)
+        ref = spatialcore_torch.pair_rewards(torch.tensor(pb), pl, torch.tensor(gb), gl, v, CFG).numpy()
+        np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+
+
+def _random_box_tokens(rng):
+    """A box line tokenised with random digit groupings and some punctuation-carrying tokens."""
+    coords = [int(c) for c in rng.integers(0, 1001, size=4)]
+    text = '{"bbox_2d": [' + ", ".join(str(c) for c in coords) + '], "label": "x"}'
+    offsets, i = [], 0
+    while i < len(text):
+        step = int(rng.integers(1, 4))
+        if text[i].isdigit() and rng.random() < 0.7:
+            step = 1
+        offsets.append((i, min(len(text), i + step)))
+        i += step
+    spans, at = [], text.index("[") + 1
+    for c in coords:
+        s = text.index(str(c), at)
+        spans.append((s, s + len(str(c))))
+        at = s + len(str(c))
+    ent = rng.uniform(0, 3, size=len(offsets))
+    ent[rng.random(len(offsets)) < 0.05] = np.nan
+    return text, offsets, spans, ent
+
+
+def test_box_uncertainty_parity():
+    rng = np.random.default_rng(3)
+    cases = [_random_box_tokens(rng) for _ in range(N)]
+    positions = [[digit_token_positions(t, off, sp) for sp in spans] for t, off, spans, _ in cases]
+    packed = [pack_box_digits([p], e, k=8) for p, (_, _, _, e) in zip(positions, cases)]
+    ent = np.concatenate([p[0] for p in packed])
+    mask = np.concatenate([p[1] for p in packed])
+    with host_float64():
+        h, has = (np.asarray(x) for x in box_uncertainty_from_digits(ent, mask))
+    for i, (t, off, spans, e) in enumerate(cases):
+        ref = spatialcore_torch.box_uncertainty(t, e.tolist(), off, spans)
+        assert bool(has[i]) == (ref is not None)
+        assert h[i] == pytest.approx(0.0 if ref is None else ref, abs=TOL)
+    assert has.sum() > N // 2 and (~has).sum() > 0  # both kinds of box were exercised
+
+
+def test_matching_precision_recall_f_parity():
+    rng = np.random.default_rng(4)
+    for i in range(N):
+        n, m = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        r = rng.uniform(0, 1, size=(n, m))
+        if i % 2:
+            r = np.round(r * 4) / 4  # ties are common with quantised rewards
+        omega = rng.uniform(0.1, 1, size=n)
+        v = rng.uniform(0.01, 1, size=m)
+        pairs = match(r, omega, CFG)
+        ref_pairs = spatialcore_torch.best_assignment(torch.tensor(r * (1 + CFG.tie_break * omega[:, None])))
+        p = precision(r, omega, pairs)
+        p_ref = float(np.mean([omega[j] * r[j, k] for j, k in ref_pairs]))
+        assert len(pairs) == len(ref_pairs) == min(n, m)
+        assert p == pytest.approx(p_ref, abs=TOL)
+        rec = recall(r, v)
+        assert rec == pytest.approx(float(torch.tensor(r).max(0).values.sum() / v.sum()), abs=TOL)
+        assert f_alpha(p, rec, 2.0) == pytest.approx(spatialcore_torch.f_alpha(p_ref, rec, 2.0), abs=TOL)
+
+
+def test_trajectory_parity():
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 300, size=(N, 2))
+    lengths[:5] = [[1, 1], [1, 2], [2, 1], [10, 10], [299, 1]]
+    e = np.zeros((N, 320))
+    eb = np.zeros((N, 320))
+    rows = []
+    for i, (la, lb) in enumerate(lengths):
+        a, b = rng.uniform(0, 4, la), rng.uniform(0, 4, lb)
+        if i % 7 == 0:
+            a[:] = 0.0  # all-zero trajectory: z = 0
+        e[i, :la], eb[i, :lb] = a, b
+        rows.append((a, b))
+    bounds = np.array([segment_bounds(int(la)) for la, _ in lengths])
+    with host_float64():
+        z = l1_normalise(resample(e, lengths[:, 0], 64), 1e-8)
+        zb = l1_normalise(resample(eb, lengths[:, 1], 64), 1e-8)
+        s = np.asarray(trajectory_similarity(z, zb))
+        means = np.asarray(segment_means(e, bounds))
+    for i, (a, b) in enumerate(rows):
+        ta, tb = torch.tensor(a), torch.tensor(b)
+        assert s[i] == pytest.approx(prosr_torch.similarity(ta, tb, 64, 1e-8), abs=TOL)
+        np.testing.assert_allclose(means[i], prosr_torch.segment_means(ta, 0.3, 0.7), atol=TOL, rtol=0)
+
+
+def test_advantage_parity():
+    rng = np.random.default_rng(6)
+    for std in ("population", "sample"):
+        r = rng.uniform(-1, 2, size=(N // 2, 4))
+        r[::9] = 0.5  # zero spread
+        with host_float64():
+            got = np.asarray(group_advantages(r, 1e-4, std))
+        ref = np.stack([advantages_torch.group_advantages(row, 1e-4, std).numpy() for row in r])
+        np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+    rewards = rng.uniform(0, 1, size=200).tolist()
+    groups = [None if i % 11 == 0 else str(int(rng.integers(0, 40))) for i in range(200)]
+    got = advantages_by_group(rewards, groups)
+    ref = advantages_torch.advantages_by_group(rewards, groups)
+    assert [g is None for g in got] == [g is None for g in ref]
+    np.testing.assert_allclose([g for g in got if g is not None], [g for g in ref if g is not None], atol=TOL)
+
+
+def _compare_records(main, ref):
+    assert len(main) == len(ref)
+    for a, b in zip(main, ref):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert math.isfinite(a[k]), k
+            assert a[k] == pytest.approx(b[k], abs=TOL), k
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5])
+def test_spatialcore_score_parity(beta):
+    cfg = SpatialCOREConfig(beta=beta)
+    ros = synthetic.rollouts(N if beta == 0.1 else 200, seed=7)
+    _compare_records(spatialcore_main(ros, cfg), spatialcore_torch.score_batch(ros, cfg))
+
+
+def test_prosr_score_parity():
+    cfg = ProSRConfig()
+    ros = synthetic.rollouts(N, seed=8, with_blank=True)
+    main = prosr_main(ros, cfg)
+    _compare_records(main, prosr_torch.score_batch(ros, cfg))
+    assert sum(m["cf_active"] for m in main) > N // 4 and sum(m["r_drift"] < 0 for m in main) > 10
+
+
+def test_edge_case_parity():
+    from spatial_jax.rewards.records import BlankRollout, GTBox, Rollout, TokenTrace
+
+    line = '{"bbox_2d": [5, 5, 5, 9], "label": ""}\n{"bbox_2d": [0, 0, 1000, 1000], "label": "car"}\n'
+    cases = [
+        Rollout(id="empty", completion=""),
+        Rollout(id="only-close", completion="</think>"),
+        Rollout(id="zero-v", completion=line + "</think>\nA", answer=0, options=("A", "B"),
+                gt_boxes=(GTBox((0, 0, 10, 10), "car", 0.0),)),
+        Rollout(id="degenerate-gt", completion=line + "</think>\nA", answer="A",
+                gt_boxes=(GTBox((3, 3, 3, 3), "", 1.0), GTBox((0, 0, 1000, 1000), "car", 1.0))),
+        Rollout(id="nan-trace", completion=line + "x</think>B", answer="B",
+                gt_boxes=(GTBox((0, 0, 1000, 1000), "car", 1.0),),
+                trace=TokenTrace(entropies=(float("nan"),) * 3, offsets=((0, 1), (1, 2), (2, 3)))),
+        Rollout(id="one-token", completion="a</think>B", answer="B",
+                trace=TokenTrace(entropies=(0.5,), offsets=((0, 1),)),
+                blank=BlankRollout("b</think>B", TokenTrace(entropies=(0.0,), offsets=((0, 1),)))),
+    ]
+    for cfg, main, ref in [(SpatialCOREConfig(), spatialcore_main, spatialcore_torch.score_batch),
+                           (ProSRConfig(min_span_tokens=1), prosr_main, prosr_torch.score_batch)]:
+        _compare_records(main(cases, cfg), ref(cases, cfg))

@@ -1,0 +1,125 @@
+"""Checkpointer: round trip of nnx/optax/rng state and meta, resume from the latest step, retention,
+an interrupted save's tmp directory ignored, sharded restore on CPU devices."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from spatial_jax.rl.checkpoint import Checkpointer
+
+
+class Tiny(nnx.Module):
+    def __init__(self, rngs):
+        self.proj = nnx.Linear(4, 6, rngs=rngs)
+        self.lora_a = nnx.Param(jax.random.normal(rngs.params(), (6, 2)))
+        self.scale = nnx.BatchStat(jnp.ones(2))
+
+
+def make_state(seed):
+    model = Tiny(nnx.Rngs(seed))
+    params = nnx.state(model, nnx.Param)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3))
+    opt_state = tx.init(params)
+    grads = jax.tree.map(jnp.ones_like, params)
+    _, opt_state = tx.update(grads, opt_state, params)
+    return {"params": params, "opt_state": opt_state, "rng": jax.random.key(seed), "step": jnp.int32(seed)}
+
+
+def assert_tree_equal(a, b):
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_round_trip_resume_latest_and_meta(tmp_path):
+    meta = {"step": 0, "data": {"epoch": 1, "position": 37}, "config": {"loss": {"kind": "gspo", "dual_clip": None}}}
+    with Checkpointer(tmp_path, max_to_keep=2) as ckpt:
+        assert ckpt.latest_step() is None
+        for step in (1, 2, 3):
+            assert ckpt.save(step, make_state(step), {**meta, "step": step})
+        ckpt.wait_until_finished()
+        assert ckpt.all_steps() == [2, 3]  # max_to_keep
+    # A new process resumes from the latest step.
+    with Checkpointer(tmp_path, max_to_keep=2) as ckpt:
+        assert ckpt.latest_step() == 3
+        target = make_state(0)
+        state, got_meta = ckpt.restore(target)
+        assert_tree_equal(state, make_state(3))
+        assert got_meta == {**meta, "step": 3}
+        assert isinstance(state["params"], nnx.State)
+        assert jnp.issubdtype(state["rng"].dtype, jax.dtypes.prng_key)
+        older, older_meta = ckpt.restore(jax.eval_shape(lambda: make_state(0)), step=2)
+        assert_tree_equal(older, make_state(2))
+        assert older_meta["step"] == 2
+        with pytest.raises(FileNotFoundError, match="step 1"):
+            ckpt.restore(target, step=1)
+
+
+def test_save_interval_and_bad_meta(tmp_path):
+    with Checkpointer(tmp_path, save_interval=5, async_save=False) as ckpt:
+        state = {"w": jnp.arange(3.0)}
+        assert not ckpt.save(3, state, {})
+        assert ckpt.save(5, state, {})
+        assert ckpt.save(7, state, {}, force=True)
+        assert ckpt.all_steps() == [5, 7]
+        with pytest.raises(ValueError, match="JSON"):
+            ckpt.save(10, state, {"x": object()})
+        with pytest.raises(TypeError, match="dict"):
+            ckpt.save(10, state, [1])
+    with Checkpointer(tmp_path / "empty") as empty, pytest.raises(FileNotFoundError):
+        empty.restore({"w": jnp.zeros(3)})
+
+
+def test_interrupted_save_is_ignored(tmp_path):
+    state = {"w": jnp.arange(4.0)}
+    with Checkpointer(tmp_path) as ckpt:
+        ckpt.save(10, state, {"step": 10})
+    # Simulate a process killed while writing step 20: orbax's tmp directory with partial content.
+    tmp = tmp_path / "checkpoints" / "20.orbax-checkpoint-tmp-1732900000000000"
+    (tmp / "state").mkdir(parents=True)
+    (tmp / "state" / "partial").write_bytes(b"\x00" * 10)
+    with Checkpointer(tmp_path) as ckpt:
+        assert ckpt.latest_step() == 10
+        restored, meta = ckpt.restore({"w": jnp.zeros(4)})
+        np.testing.assert_array_equal(np.asarray(restored["w"]), np.arange(4.0))
+        assert meta == {"step": 10}
+        assert not tmp.exists()  # cleaned up on open
+        assert ckpt.save(20, {"w": jnp.ones(4)}, {"step": 20})
+        ckpt.wait_until_finished()
+        assert ckpt.latest_step() == 20
+    assert json.loads((tmp_path / "checkpoints" / "20" / "meta" / "metadata").read_text()) == {"step": 20}
+
+
+def test_sharded_restore(tmp_path):
+    devices = jax.devices()
+    assert len(devices) >= 4, "tests/conftest.py provides 8 CPU devices"
+    mesh2 = Mesh(np.array(devices[:2]), ("fsdp",))
+    sharded = NamedSharding(mesh2, P("fsdp", None))
+    w = jax.device_put(jnp.arange(32.0).reshape(8, 4), sharded)
+    b = jax.device_put(jnp.arange(4.0), NamedSharding(mesh2, P()))
+    with Checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, {"w": w, "b": b}, {"step": 1})
+        ckpt.wait_until_finished()
+        target = {"w": jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=sharded),
+                  "b": jax.ShapeDtypeStruct(b.shape, b.dtype, sharding=b.sharding)}
+        state, _ = ckpt.restore(target)
+        assert state["w"].sharding == sharded
+        assert len(state["w"].addressable_shards) == 2 and state["w"].addressable_shards[0].data.shape == (4, 4)
+        np.testing.assert_array_equal(np.asarray(state["w"]), np.arange(32.0).reshape(8, 4))
+        # Resharding onto a different mesh on restore.
+        mesh4 = Mesh(np.array(devices[:4]), ("fsdp",))
+        four = NamedSharding(mesh4, P("fsdp", None))
+        state4, _ = ckpt.restore({"w": jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=four), "b": b})
+        assert state4["w"].sharding == four and state4["w"].addressable_shards[0].data.shape == (2, 4)
+        np.testing.assert_array_equal(np.asarray(state4["w"]), np.arange(32.0).reshape(8, 4))

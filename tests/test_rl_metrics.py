@@ -1,0 +1,113 @@
+"""MetricsWriter (JSONL + TensorBoard, resume without duplicates), ProgressBar, plot_curves, mean_sem."""
+
+import io
+import json
+import math
+import struct
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+
+from spatial_jax.rl import metrics as M
+
+
+def tb_scalars(tb_dir, tag):
+    """Scalars of `tag` as TensorBoard shows them: event files in name order, records framed as TFRecords
+    (u64 length, u32 crc, payload, u32 crc), and a SessionLog START at step s discarding earlier events >= s."""
+    from tensorboardX.proto import event_pb2
+
+    kept = []
+    for path in sorted(tb_dir.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+            pos += 12 + length + 4
+            if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                kept = [(s, v) for s, v in kept if s < event.step]
+            for value in event.summary.value:
+                if value.tag == tag:
+                    kept.append((event.step, value.simple_value))
+    return kept
+
+
+def test_jsonl_types_and_flush(tmp_path):
+    w = M.MetricsWriter(tmp_path, tensorboard=False)
+    row = w.log(1, {"loss": jnp.float32(0.5), "n": np.int64(3), "ok": np.bool_(True), "tag": "x", "bad": float("nan")})
+    # Flushed: readable before close.
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0]) == row
+    assert row["loss"] == 0.5 and row["n"] == 3 and row["ok"] is True and row["tag"] == "x" and row["bad"] is None
+    with pytest.raises(TypeError, match="scalar"):
+        w.log(2, {"vec": np.ones(3)})
+    with pytest.raises(ValueError, match="reserved"):
+        w.log(2, {"step": 1})
+    w.close()
+
+
+def test_resume_drops_lines_after_checkpoint(tmp_path):
+    with M.MetricsWriter(tmp_path, tensorboard=False) as w:
+        for step in range(1, 8):
+            w.log(step, {"loss": float(step)})
+    # The killed run also left half a line behind.
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 8, "lo')
+    with M.MetricsWriter(tmp_path, resume_step=5, tensorboard=False) as w:
+        for step in range(6, 9):
+            w.log(step, {"loss": 10.0 * step})
+    rows = M.read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert [r["loss"] for r in rows] == [1, 2, 3, 4, 5, 60, 70, 80]
+    # A fresh start (no checkpoint) empties the log.
+    M.MetricsWriter(tmp_path, tensorboard=False).close()
+    assert M.read_metrics(tmp_path / "metrics.jsonl") == []
+
+
+def test_tensorboard_mirror_and_purge(tmp_path):
+    with M.MetricsWriter(tmp_path) as w:
+        for step in range(1, 5):
+            w.log(step, {"loss": float(step), "note": "text is not a scalar"})
+    with M.MetricsWriter(tmp_path, resume_step=2) as w:
+        w.log(3, {"loss": 30.0})
+    got = tb_scalars(tmp_path / "tb", "loss")
+    assert [s for s, _ in got] == [1, 2, 3]
+    assert [v for _, v in got] == [1.0, 2.0, 30.0]
+
+
+def test_progress_bar_shows_key_figures():
+    out = io.StringIO()
+    bar = M.ProgressBar(total=10, initial=2, keys=("loss", "reward_mean", "missing"), file=out, disable=False)
+    text = bar.update({"loss": jnp.float32(0.123456), "reward_mean": 1, "other": 5.0})
+    assert text == "loss=0.1235, reward_mean=1"
+    assert bar.n == 3
+    bar.close()
+    shown = out.getvalue()
+    assert "3/10" in shown and "loss=0.1235" in shown and "reward_mean=1" in shown and "other" not in shown
+
+
+def test_plot_curves(tmp_path):
+    with M.MetricsWriter(tmp_path, tensorboard=False) as w:
+        for step in range(20):
+            w.log(step, {"loss": 1.0 / (step + 1), "reward": math.sin(step)})
+    out = tmp_path / "plots" / "curves.png"
+    plotted = M.plot_curves(tmp_path / "metrics.jsonl", out, ["loss", "reward", "absent"], smooth=3)
+    assert plotted == ["loss", "reward"]
+    with Image.open(out) as img:
+        assert img.size[0] > 300 and img.size[1] > 100
+        assert len(set(np.asarray(img.convert("L")).ravel().tolist())) > 10  # something was drawn
+    with pytest.raises(ValueError):
+        M.plot_curves(tmp_path / "metrics.jsonl", out, [])
+
+
+def test_mean_sem():
+    mean, sem, n = M.mean_sem([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and n == 4
+    assert sem == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2.0, rel=1e-12)
+    assert M.mean_sem([0.7]) == (0.7, 0.0, 1)
+    assert M.mean_sem([]) == (0.0, 0.0, 0)
+    assert M.mean_sem(np.array([[1, 0], [1, 1]])) == pytest.approx((0.75, 0.25, 4))
+    with pytest.raises(ValueError, match="non-finite"):
+        M.mean_sem([1.0, float("nan")])
