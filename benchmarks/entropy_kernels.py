@@ -15,6 +15,7 @@ It also times position_entropy at --positions positions against all N positions 
     python benchmarks/entropy_kernels.py                       # N 1024 4096, V 151936 and 32768, D 1024
     python benchmarks/entropy_kernels.py --quick               # small smoke run (seconds)
     python benchmarks/entropy_kernels.py --n 4096 --v 151936 --impls xla floor
+    python benchmarks/entropy_kernels.py --render benchmarks/out/entropy_kernels.json   # table only
 Writes benchmarks/out/entropy_kernels.json (or --out) and prints a markdown table.
 """
 
@@ -51,6 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--positions", type=int, default=48, help="positions for the position_entropy comparison")
     p.add_argument("--quick", action="store_true", help="smoke run: N 64 256, V 5000, D 128, 2 repeats")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--render", type=Path, default=None, help="only print the table of an existing JSON result")
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.v, args.d, args.repeats, args.positions = [64, 256], [5000], 128, 2, 16
@@ -163,6 +165,7 @@ def add_ratios(rows: list[dict]) -> None:
             if other is not None:
                 r[f"time_vs_{ref}"] = r["time_s"] / other["time_s"]
                 r[f"peak_vs_{ref}"] = r["memory"]["peak"] / other["memory"]["peak"]
+                r[f"temp_vs_{ref}"] = r["memory"]["temp"] / max(other["memory"]["temp"], 1)
 
 
 def position_speedup(n: int, d: int, v: int, k: int, dtype, repeats: int) -> dict:
@@ -175,21 +178,48 @@ def position_speedup(n: int, d: int, v: int, k: int, dtype, repeats: int) -> dic
             "speedup": full["time_s"] / part["time_s"]}
 
 
+def acceptance(result: dict) -> list[str]:
+    """Issue #3's targets at the largest N and V measured: xla fwd <= 1.25x the matmul, fwd+bwd <= 1.5x the three
+    matmuls, <= 1/8 of naive's memory (both on peak and on temp), position_entropy >= 20x faster."""
+    rows = result["rows"]
+    n, v = max(r["n"] for r in rows), max(r["v"] for r in rows)
+    at = {(r["impl"], r["mode"]): r for r in rows if r["n"] == n and r["v"] == v}
+    lines = []
+
+    def check(label, value, limit, higher_is_better=False):
+        ok = value >= limit if higher_is_better else value <= limit
+        lines.append(f"- {label}: {value:.3f} ({'>=' if higher_is_better else '<='} {limit:.3f}) {'PASS' if ok else 'FAIL'}")
+
+    xf, xb = at.get(("xla", "fwd")), at.get(("xla", "fwd_bwd"))
+    if xf and "time_vs_floor" in xf:
+        check(f"N={n} V={v} xla fwd time / matmul", xf["time_vs_floor"], 1.25)
+    if xb and "time_vs_floor" in xb:
+        check(f"N={n} V={v} xla fwd+bwd time / three matmuls", xb["time_vs_floor"], 1.5)
+    for row, mode in ((xf, "fwd"), (xb, "fwd+bwd")):
+        if row and "peak_vs_naive" in row:
+            check(f"N={n} V={v} xla {mode} peak / naive peak", row["peak_vs_naive"], 0.125)
+            check(f"N={n} V={v} xla {mode} temp / naive temp", row["temp_vs_naive"], 0.125)
+    pos = result.get("position_entropy")
+    if pos:
+        check(f"position_entropy {pos['positions']} of {pos['n']} speed-up", pos["speedup"], 20.0, True)
+    return lines
+
+
 def fmt_bytes(b: int) -> str:
     return f"{b / 2**20:,.0f} MiB" if b >= 2**20 else f"{b / 2**10:,.1f} KiB"
 
 
 def markdown(result: dict) -> str:
     lines = [
-        "| N | V | mode | impl | time (s, min) | vs naive | vs floor | peak mem | temp | peak vs naive |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| N | V | mode | impl | time (s, min) | vs naive | vs floor | peak mem | peak vs naive | temp | temp vs naive |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         ratio = lambda key: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
         lines.append(
             f"| {r['n']} | {r['v']} | {r['mode']} | {r['impl']} | {r['time_s']:.3f} | {ratio('time_vs_naive')} | "
-            f"{ratio('time_vs_floor')} | {fmt_bytes(r['memory']['peak'])} | {fmt_bytes(r['memory']['temp'])} | "
-            f"{ratio('peak_vs_naive')} |"
+            f"{ratio('time_vs_floor')} | {fmt_bytes(r['memory']['peak'])} | {ratio('peak_vs_naive')} | "
+            f"{fmt_bytes(r['memory']['temp'])} | {ratio('temp_vs_naive')} |"
         )
     p = result.get("position_entropy")
     if p:
@@ -197,11 +227,16 @@ def markdown(result: dict) -> str:
             f"\nposition_entropy at {p['positions']} of {p['n']} positions (V = {p['v']}): {p['few_s']:.3f} s vs "
             f"{p['all_s']:.3f} s for all positions = {p['speedup']:.1f}x faster"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + ["", "Targets (issue #3):"] + acceptance(result))
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.render is not None:
+        result = json.loads(args.render.read_text())
+        add_ratios(result["rows"])
+        print(markdown(result))
+        return result
     dtype = jnp.dtype(args.dtype)
     result = {
         "machine": machine(),

@@ -1,9 +1,11 @@
 """Chunked pure-JAX kernel: online log-sum-exp over vocabulary chunks, tokens in chunks, any backend.
 
-Never holds more than one [block_n, block_v] float32 logit tile per step. The vocabulary is walked as
+Working memory is a few [block_n, block_v] float32 tiles, never [N, V]. The vocabulary is walked as
 floor(V / block_v) full chunks in a fori_loop plus one static tail chunk, so no column is ever padded (and w is
 never copied to a padded buffer). Tokens are padded to a multiple of block_n with zero rows that carry zero
-cotangent. The backward pass recomputes each tile and accumulates dh and dw in float32.
+cotangent. The backward pass recomputes each tile and accumulates dh and dw in float32. Dots accumulate in float32;
+float32 inputs use full-precision dots (Precision.HIGHEST, so no TF32/bf16 passes on GPU/TPU); with bfloat16
+inputs the tile cotangent is rounded to bfloat16 for the two gradient dots, as a fused GPU/TPU kernel would.
 """
 
 from __future__ import annotations

@@ -141,6 +141,27 @@ def test_empty_row_contributes_nothing(aggregation):
     assert np.all(grad_full[2] == 0.0)
 
 
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_micro_batches_with_normalizer_match_full_batch(aggregation):
+    """Two micro-batches, each normalised by half the full batch's denominator, average to the full-batch loss and
+    gradient (what optax.MultiSteps applies)."""
+    cfg = losses.LossConfig(kind="grpo", aggregation=aggregation, kl_coef=0.05, max_completion_length=12)
+    batch = {k: jnp.asarray(v, jnp.float32) for k, v in make_batch(12, b=8).items()}
+
+    def run(part, normalizer=None):
+        def fn(logp):
+            rest = {k: v for k, v in part.items() if k != "logp"}
+            return losses.policy_loss(logp, cfg=cfg, normalizer=normalizer, **rest)[0]
+
+        return jax.value_and_grad(fn)(part["logp"])
+
+    full_loss, full_grad = run(batch)
+    half = losses.loss_denominator(batch["mask"], aggregation) / 2
+    parts = [run({k: v[sl] for k, v in batch.items()}, half) for sl in (slice(0, 3), slice(3, 8))]
+    np.testing.assert_allclose((parts[0][0] + parts[1][0]) / 2, full_loss, rtol=1e-5)
+    np.testing.assert_allclose(np.concatenate([parts[0][1], parts[1][1]]) / 2, full_grad, rtol=1e-5, atol=1e-8)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_fully_masked_batch_and_nan_padding(kind):
     cfg = losses.LossConfig(kind=kind, entropy_coef=0.1)

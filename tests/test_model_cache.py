@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
-from test_model_utils import IMG, VARIANTS, forward, hf_model, image_batch, text_batch
+from test_model_utils import IMG, forward, hf_model, image_batch, text_batch
 
 from spatial_jax.models import decode_positions, prepare_vision_inputs
 from spatial_jax.models.hf_io import from_pretrained
@@ -44,16 +44,22 @@ def greedy(model, ids, mask, pixels=None, grids=None, n_new=NEW_TOKENS):
     return np.stack([np.asarray(t) for t in tokens], 1), np.stack([np.asarray(x) for x in step_logits], 1)
 
 
-@pytest.fixture(scope="module", params=sorted(VARIANTS))
-def pair(request, tmp_path_factory):
-    hf = hf_model(request.param, seed=5)
-    path = tmp_path_factory.mktemp(request.param)
-    hf.save_pretrained(path)
-    return request.param, hf, from_pretrained(path)
+_PAIRS: dict = {}
 
 
-def test_cache_matches_full_forward_and_hf_generate(pair):
-    variant, hf, ours = pair
+def pair_for(variant, tmp_path_factory):
+    """(variant, HF model, our model loaded from its checkpoint), built once per variant."""
+    if variant not in _PAIRS:
+        hf = hf_model(variant, seed=5)
+        path = tmp_path_factory.mktemp(variant)
+        hf.save_pretrained(path)
+        _PAIRS[variant] = (variant, hf, from_pretrained(path))
+    return _PAIRS[variant]
+
+
+# Each variant's parity is covered in test_model_parity; here one variant per path keeps the file fast.
+def test_cache_matches_full_forward_and_hf_generate(tmp_path_factory):
+    variant, hf, ours = pair_for("tied_gqa2", tmp_path_factory)
     ids, mask, pixels, grids = image_batch(variant, seed=7)
     before = TRACES["step"]
     tokens, step_logits = greedy(ours, ids, mask, pixels, grids)
@@ -76,8 +82,8 @@ def test_cache_matches_full_forward_and_hf_generate(pair):
     np.testing.assert_array_equal(out[:, T:].numpy(), tokens)
 
 
-def test_text_only_cache(pair):
-    _, hf, ours = pair
+def test_text_only_cache(tmp_path_factory):
+    _, hf, ours = pair_for("untied_gqa4", tmp_path_factory)
     ids, mask = text_batch(seed=4)
     tokens, step_logits = greedy(ours, ids, mask)
     with torch.no_grad():
@@ -89,10 +95,12 @@ def test_text_only_cache(pair):
     assert np.abs(full[:, T - 1:T + NEW_TOKENS - 1] - step_logits).max() < TOL
 
 
-def test_cache_argument_errors(pair):
-    _, _, ours = pair
+def test_cache_argument_errors(tmp_path_factory):
+    _, _, ours = pair_for("untied_gqa4", tmp_path_factory)
     ids, mask = text_batch()
     with pytest.raises(ValueError, match="cache and cache_index"):
         ours(ids, attention_mask=mask, cache=ours.init_cache(ids.shape[0], 16))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ours(ids + ours.cfg.text.vocab_size, attention_mask=mask)
     with pytest.raises(ValueError, match="positions are required"):
         ours(ids, attention_mask=mask, cache=ours.init_cache(ids.shape[0], 16), cache_index=0)

@@ -58,6 +58,19 @@ def test_image_batch_logits(pair):
     assert max_err_real(got, ref, mask) < TOL
 
 
+def test_chunked_attention_and_remat(tmp_path):
+    # the blocked attention path is architecture-independent; one variant keeps the suite fast
+    variant = "tied_gqa2"
+    hf = hf_model(variant)
+    hf.save_pretrained(tmp_path)
+    chunked = from_pretrained(tmp_path, attention_chunk=5, remat=True)  # T=22, P=36: ragged last blocks
+    assert chunked.cfg.remat and chunked.layers[0].self_attn.chunk == 5
+    ids, mask, pixels, grids = image_batch(variant)
+    pos, _ = chunked.get_rope_index(ids, grids, mask)
+    ref = hf_logits(hf, ids, mask, pos, pixels, grids)
+    assert max_err_real(forward(chunked, ids, mask, pixels, grids, positions=pos), ref, mask) < TOL
+
+
 def test_text_batch_logits(pair):
     _, hf, ours = pair
     ids, mask = text_batch()

@@ -143,6 +143,17 @@ def test_config_from_hf_and_back(variant):
     assert ModelConfig.from_hf(cfg.to_hf()) == cfg
 
 
+def test_config_takes_project_overrides():
+    from spatial_jax.config import ConfigError, apply_overrides
+
+    cfg = apply_overrides(ModelConfig.tiny(), ["lora.rank=8", "lora.targets=q_proj,v_proj", "dtype=bfloat16",
+                                               "text.mrope_section=[4,2,2]"])
+    assert cfg.lora.rank == 8 and cfg.lora.targets == ("q_proj", "v_proj") and cfg.dtype == "bfloat16"
+    hash(cfg)  # static NNX attribute: must be hashable
+    with pytest.raises(ConfigError):
+        apply_overrides(cfg, ["lora.targets=lm_head"])
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="mrope_section"):
         ModelConfig.tiny().text.__class__(head_dim=16, mrope_section=(4, 4, 4))

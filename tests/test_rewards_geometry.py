@@ -15,6 +15,7 @@ from spatial_jax.rewards.uncertainty import (
     box_uncertainty_from_digits,
     digit_token_positions,
     pack_box_digits,
+    pack_rollout_boxes,
 )
 
 
@@ -140,3 +141,16 @@ def test_pack_box_digits():
     np.testing.assert_allclose(values[0, 1, :2], [1.0, 2.0])
     with pytest.raises(ValueError):
         pack_box_digits([[[0, 1, 2]] * 4], [0.0] * 3, k=2)
+
+
+def test_pack_rollout_boxes():
+    text = '{"bbox_2d": [12, 3, 40, 5], "label": "a"}'
+    offsets = [(i, i + 1) for i in range(len(text))]
+    ent = [float(i) for i in range(len(text))]
+    spans = [[(13, 15), (17, 18), (20, 22), (24, 25)]]  # "12", "3", "40", "5"
+    assert [text[a:b] for a, b in spans[0]] == ["12", "3", "40", "5"]
+    values, mask = pack_rollout_boxes(text, offsets, ent, spans, k=4, rows=2)
+    assert mask.sum(axis=-1).tolist() == [[2, 1, 2, 1], [0, 0, 0, 0]]
+    assert values[0, 0, :2].tolist() == [13.0, 14.0]
+    empty_v, empty_m = pack_rollout_boxes(text, [], [], spans)
+    assert not empty_m.any() and empty_v.shape == (1, 4, 1)

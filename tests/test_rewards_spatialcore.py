@@ -7,7 +7,8 @@ import pytest
 
 from spatial_jax.config import ConfigError, apply_overrides
 from spatial_jax.rewards import synthetic
-from spatial_jax.rewards.advantages import advantages_by_group, group_advantages
+from spatial_jax.rewards.advantages import group_advantages_jit as group_advantages
+from spatial_jax.rewards.advantages import advantages_by_group
 from spatial_jax.rewards.parse_think import answer_letter, parse_think, resolve_gold
 from spatial_jax.rewards.records import GTBox, Rollout, TokenTrace
 from spatial_jax.rewards.registry import get_method
@@ -22,7 +23,8 @@ def box_line(b, label):
     return f'{{"bbox_2d": [{b[0]}, {b[1]}, {b[2]}, {b[3]}], "label": "{label}"}}'
 
 
-def make(completion, gt=(), digit_h=0.0, other_h=1.0, question="Where is the black car?", answer="B. a man on the left"):
+def make(completion, gt=(), digit_h=0.0, other_h=1.0, question="Where is the black car?",
+         answer="B. a man on the left"):
     offsets = synthetic.tokenize(completion)
     ent = [digit_h if completion[s:e].isdigit() else other_h for s, e in offsets]
     return Rollout(id="x", completion=completion, question=question, options=OPTIONS, answer=answer,
@@ -181,12 +183,13 @@ def test_group_advantages_eq2():
     adv = np.asarray(group_advantages(np.array([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]])))
     np.testing.assert_allclose(adv[0], np.array([1, -1, -1, 1]) * 0.5 / (0.5 + 1e-4), rtol=1e-6)
     np.testing.assert_array_equal(adv[1], 0.0)
-    sample = np.asarray(group_advantages(np.array([[1.0, 0.0]]), std="sample"))
+    sample = np.asarray(group_advantages(np.array([[1.0, 0.0]]), 1e-4, "sample"))
     np.testing.assert_allclose(sample, [[0.5 / (math.sqrt(0.5) + 1e-4), -0.5 / (math.sqrt(0.5) + 1e-4)]], rtol=1e-6)
-    masked = np.asarray(group_advantages(np.array([[2.0, 0.0, 99.0]]), mask=np.array([[True, True, False]])))
+    mask = np.array([[True, True, False]])
+    masked = np.asarray(group_advantages(np.array([[2.0, 0.0, 99.0]]), 1e-4, "population", mask))
     np.testing.assert_allclose(masked, [[1 / (1 + 1e-4), -1 / (1 + 1e-4), 0.0]], rtol=1e-6)
     out = advantages_by_group([1.0, 2.0, 3.0, 5.0, 0.1, 0.1], ["a", "a", None, "b", "c", "c"])
     assert out[2] is None and out[3] == 0.0 and out[4] == 0.0 and out[5] == 0.0
     assert out[0] == pytest.approx(-0.5 / (0.5 + 1e-4), rel=1e-12) and out[1] == pytest.approx(-out[0], rel=1e-12)
     with pytest.raises(ValueError):
-        group_advantages(np.zeros((1, 2)), std="bogus")
+        group_advantages(np.zeros((1, 2)), 1e-4, "bogus")

@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
-from spatial_jax.models import ModelConfig, Qwen3VL
+from spatial_jax.models import ModelConfig, Qwen3VL, prepare_vision_inputs
 from spatial_jax.models.hf_io import from_pretrained
 from spatial_jax.sampling import SamplingConfig, decode, extend, generate, prefill
 from spatial_jax.sampling import logits as lg
@@ -45,6 +45,27 @@ def test_top_p_keeps_ties_and_the_argmax():
     assert lg.top_p_mask(x, 1e-6).tolist() == [[True, False, False, False, False]]
     assert lg.top_p_mask(x, 0.85).tolist() == [[True, True, True, True, True]]
     assert bool(lg.top_p_mask(x, 1.0).all())
+
+
+def test_masks_equal_sort_based_definitions_with_many_ties():
+    """The bisection thresholds equal the textbook definitions (numpy, float64 sort) on rows full of ties,
+    negative, huge and -inf logits."""
+    rng = np.random.default_rng(2)
+    for trial in range(30):
+        V = int(rng.integers(2, 40))
+        x = rng.choice([-1e30, -np.inf, -3.0, -0.5, 0.0, 0.5, 2.0, 7.0, 1e4], size=(3, V)).astype(np.float32)
+        x[:, 0] = 1.0  # at least one finite logit per row
+        for k in (1, 2, 5, V - 1, V):
+            kth = -np.sort(-x, axis=-1)[:, min(k, V) - 1 : min(k, V)]
+            np.testing.assert_array_equal(np.asarray(lg.top_k_mask(jnp.asarray(x), k)), x >= kth)
+        for p in (0.05, 0.3, 0.5, 0.9, 0.999):
+            probs = np.asarray(jax.nn.softmax(jnp.asarray(x), axis=-1), np.float64)
+            above = (probs[:, None, :] > probs[:, :, None]) * probs[:, None, :]
+            expected = above.sum(-1) < p
+            got = np.asarray(lg.top_p_mask(jnp.asarray(x), p))
+            near = np.abs(above.sum(-1) - p) < 1e-6  # float32 summation may round either way only at the boundary
+            np.testing.assert_array_equal(got[~near], expected[~near])
+            assert got[np.arange(3), probs.argmax(-1)].all()
 
 
 def test_filters_match_hf_warpers_on_untied_logits():
@@ -94,16 +115,16 @@ def test_config_validation():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny HF Qwen3VLForConditionalGeneration (embeddings scaled so next-token distributions are peaked, far from
-    argmax ties), saved and loaded back with spatial_jax's from_pretrained."""
+    """A tiny HF Qwen3VLForConditionalGeneration (untied output head scaled up so next-token distributions are
+    peaked, far from argmax ties, yet varied), saved and loaded back with spatial_jax's from_pretrained."""
     torch = pytest.importorskip("torch")
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    cfg = ModelConfig.tiny(vocab_size=VOCAB)
+    cfg = ModelConfig.tiny(vocab_size=VOCAB, tie_word_embeddings=False)
     torch.manual_seed(0)
     hf = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**cfg.to_hf())).eval()
     with torch.no_grad():
-        hf.model.language_model.embed_tokens.weight.mul_(20.0)
+        hf.lm_head.weight.mul_(8.0)
     path = tmp_path_factory.mktemp("tiny_qwen3vl")
     hf.save_pretrained(path)
     return hf, from_pretrained(path)
@@ -151,12 +172,22 @@ def batch(tiny):
     return rows, ids, mask, pv, grid
 
 
+def _max_len(ids):
+    """One cache length for every test on the shared batch, so they share compiled prefill/decode programs."""
+    return ids.shape[1] + 40
+
+
+@nnx.jit
+def _forward(model, ids, positions, mask, vision):
+    return model(ids, positions=positions, attention_mask=mask, vision=vision)[0]
+
+
 def _full_forward(model, rows_ids, pixel_values, grid):
     """No-cache forward of left-padded rows: logits [B, T, V] and the mask."""
     ids, mask = _left_pad(rows_ids)
     positions, _ = model.get_rope_index(ids, grid, mask)
-    logits, _ = model(ids, positions=positions, attention_mask=mask, pixel_values=pixel_values, image_grid_thw=grid)
-    return np.asarray(logits), mask
+    vision = prepare_vision_inputs(pixel_values, grid, model.cfg.vision)
+    return np.asarray(_forward(model, ids, positions, mask, vision)), mask
 
 
 def _completions(out):
@@ -177,14 +208,17 @@ def _check_against_full_forward(model, rows, pv, grid, out, temperature):
                                    lg.token_logprob(step_logits, jnp.asarray(c), temperature), atol=TOL)
         np.testing.assert_allclose(out.entropies[i, : len(c)], lg.entropy(step_logits), atol=TOL)
         if temperature == 0.0:
-            assert np.argmax(full[i, at], axis=-1).tolist() == c
+            allowed = full[i, at].copy()
+            allowed[:, [model.cfg.image_token_id, model.cfg.video_token_id]] = -np.inf
+            assert np.argmax(allowed, axis=-1).tolist() == c
     return comps
 
 
 def test_greedy_equals_full_forward_argmax(tiny, batch):
     _, model = tiny
     rows, ids, mask, pv, grid = batch
-    out, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY)
+    out, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY,
+                      max_len=_max_len(ids))
     assert np.asarray(out.lengths).tolist() == [N_NEW] * 3
     _check_against_full_forward(model, rows, pv, grid, out, 0.0)
 
@@ -193,13 +227,15 @@ def test_greedy_equals_transformers_generate(tiny, batch):
     torch = pytest.importorskip("torch")
     hf, model = tiny
     rows, ids, mask, pv, grid = batch
-    out, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY)
+    out, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY,
+                      max_len=_max_len(ids))
     with torch.no_grad():
         ref = hf.generate(
             input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask, dtype=torch.long),
             pixel_values=torch.tensor(pv), image_grid_thw=torch.tensor(grid),
             mm_token_type_ids=torch.tensor((ids == model.cfg.image_token_id).astype(np.int64)),
             do_sample=False, max_new_tokens=N_NEW, min_new_tokens=N_NEW, pad_token_id=0, eos_token_id=None,
+            suppress_tokens=[model.cfg.image_token_id, model.cfg.video_token_id],
         )
     np.testing.assert_array_equal(np.asarray(out.tokens), ref[:, ids.shape[1]:].numpy())
 
@@ -208,9 +244,10 @@ def test_seeded_sampling_is_reproducible_and_scored_at_its_temperature(tiny, bat
     _, model = tiny
     rows, ids, mask, pv, grid = batch
     cfg = SamplingConfig(temperature=1.3, top_p=0.95, top_k=40, max_new_tokens=N_NEW, seed=7)
-    a, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=cfg)
-    b, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=cfg)
-    c, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=dataclasses.replace(cfg, seed=8))
+    a, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=cfg, max_len=_max_len(ids))
+    b, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=cfg, max_len=_max_len(ids))
+    c, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=dataclasses.replace(cfg, seed=8),
+                    max_len=_max_len(ids))
     for f in ("tokens", "logprobs", "entropies", "mask"):
         np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)))
     assert not np.array_equal(np.asarray(a.tokens), np.asarray(c.tokens))
@@ -227,11 +264,12 @@ def test_seeded_sampling_is_reproducible_and_scored_at_its_temperature(tiny, bat
 def test_stop_tokens_end_rows_and_mask(tiny, batch):
     _, model = tiny
     rows, ids, mask, pv, grid = batch
-    free, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY)
+    free, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY,
+                      max_len=_max_len(ids))
     free_tokens = np.asarray(free.tokens)
     stop = int(free_tokens[0, 2])
     out, state = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid,
-                          cfg=dataclasses.replace(GREEDY, stop_token_ids=(stop, VOCAB + 5)))
+                          cfg=dataclasses.replace(GREEDY, stop_token_ids=(stop,)), max_len=_max_len(ids))
     tokens, m = np.asarray(out.tokens), np.asarray(out.mask)
     for i in range(3):
         hits = np.nonzero(free_tokens[i] == stop)[0]
@@ -243,22 +281,38 @@ def test_stop_tokens_end_rows_and_mask(tiny, batch):
     assert bool(state.done[0])
 
 
-def test_decode_compiles_once_for_all_steps_and_calls(tiny, batch):
-    """One compiled while-loop serves every step: a second decode (other prompt, other seed) compiles nothing."""
+def test_suppressed_ids_are_never_drawn_but_logprobs_stay_full_vocabulary(tiny, batch):
     _, model = tiny
     rows, ids, mask, pv, grid = batch
-    cfg = dataclasses.replace(GREEDY, max_new_tokens=12)
-    state = prefill(model, ids, mask, pixel_values=pv, image_grid_thw=grid, max_len=ids.shape[1] + 12)
-    jax.block_until_ready(decode(model, state, cfg))
+    free, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY, max_len=_max_len(ids))
+    banned = int(np.asarray(free.tokens)[0, 0])
+    out, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, max_len=_max_len(ids),
+                      cfg=dataclasses.replace(GREEDY, suppress_token_ids=(banned,)))
+    tokens = np.asarray(out.tokens)
+    assert (tokens != banned).all() and (tokens != model.cfg.image_token_id).all()
+    _check_against_full_forward(model, rows, pv, grid, out, 1.0)
+
+
+def test_decode_compiles_once_for_all_steps_and_calls(tiny, batch):
+    """One compiled while-loop serves every step: after a first call, decoding another prompt with another seed and
+    other stop ids compiles nothing, and the decode function's compile cache holds no new entry."""
+    _, model = tiny
+    rows, ids, mask, pv, grid = batch
+    jax.block_until_ready(generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY,
+                                   max_len=_max_len(ids)))
     size = sampler_mod._decode_jit._cache_size()
     compiles = []
-    listener = lambda event, *a, **k: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration" else None  # noqa: E731
+
+    def listener(event, *args, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
-        other = np.where(mask > 0, np.where(ids == model.cfg.image_token_id, ids, (ids * 7 + 3) % 100), 0)
-        state2 = prefill(model, other, mask, pixel_values=pv * 0.5, image_grid_thw=grid,
-                         max_len=ids.shape[1] + 12, seed=3)
-        jax.block_until_ready(decode(model, state2, dataclasses.replace(cfg, seed=3)))
+        other = np.where((mask > 0) & (ids < 100), (ids * 7 + 3) % 100, ids)
+        out, _ = generate(model, other, mask, pixel_values=pv * 0.5, image_grid_thw=grid, max_len=_max_len(ids),
+                          cfg=dataclasses.replace(GREEDY, seed=3, stop_token_ids=(5,)))
+        jax.block_until_ready(out)
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
@@ -271,10 +325,11 @@ def test_extend_equals_decoding_from_the_concatenated_prompt(tiny, batch):
     _, model = tiny
     cfg_m = model.cfg
     rows, ids, mask, pv, grid = batch
-    free, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY)
+    free, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY,
+                      max_len=_max_len(ids))
     stop = int(np.asarray(free.tokens)[1, 1])
     turn1 = dataclasses.replace(GREEDY, stop_token_ids=(stop,))
-    state = prefill(model, ids, mask, pixel_values=pv, image_grid_thw=grid, max_len=ids.shape[1] + 40)
+    state = prefill(model, ids, mask, pixel_values=pv, image_grid_thw=grid, max_len=_max_len(ids))
     state, out1 = decode(model, state, turn1)
     comps1 = _completions(out1)
 
@@ -296,7 +351,7 @@ def test_extend_equals_decoding_from_the_concatenated_prompt(tiny, batch):
     all_pv = np.concatenate([pv[: int(grid[0].prod())], tool_pv, pv[int(grid[0].prod()):]])
     all_grid = np.concatenate([grid[:1], tool_grid, grid[1:]])
     fids, fmask = _left_pad(full_rows)
-    fresh = prefill(model, fids, fmask, pixel_values=all_pv, image_grid_thw=all_grid, max_len=fids.shape[1] + N_NEW)
+    fresh = prefill(model, fids, fmask, pixel_values=all_pv, image_grid_thw=all_grid, max_len=_max_len(ids))
     fresh = fresh.replace(done=state.done)  # row 2 (if it stopped in turn 1) stays stopped in both
     fresh, ref = decode(model, fresh, GREEDY)
     np.testing.assert_array_equal(np.asarray(out2.mask), np.asarray(ref.mask))
@@ -311,11 +366,11 @@ def test_extend_equals_decoding_from_the_concatenated_prompt(tiny, batch):
 def test_cache_overflow_is_a_clear_error(tiny, batch):
     _, model = tiny
     _, ids, mask, pv, grid = batch
-    state = prefill(model, ids, mask, pixel_values=pv, image_grid_thw=grid, max_len=ids.shape[1] + 2)
+    state = prefill(model, ids, mask, pixel_values=pv, image_grid_thw=grid, max_len=_max_len(ids))
     with pytest.raises(ValueError, match="KV cache overflow"):
-        decode(model, state, GREEDY)
+        decode(model, state, dataclasses.replace(GREEDY, max_new_tokens=41))
     with pytest.raises(ValueError, match="KV cache overflow"):
-        extend(model, state, np.ones((3, 3), np.int32))
+        extend(model, state, np.ones((3, 41), np.int32))
     with pytest.raises(ValueError, match="tokens must be"):
         extend(model, state, np.ones((2, 1), np.int32))
 

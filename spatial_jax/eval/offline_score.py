@@ -3,6 +3,8 @@
 Each input line is one JSON object (SPEC/issue #2: id, completion, question, options, answer, and per method
 gt_boxes, token_entropies/token_offsets, blank, scene/image_size, num_generated_tokens, group). Each output line
 holds the id, the reward, every component and, for records sharing a group, the group-relative advantage.
+Exit status: 0 once the file is scored (malformed lines are reported to stderr with their line number and
+counted in the summary), 1 when the input cannot be read, 2 for an unknown method, backend or config key.
 """
 
 from __future__ import annotations

@@ -130,8 +130,14 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     dtype: DType = "float32"
     param_dtype: DType = "float32"
+    # Memory knobs for long sequences (no effect on results): recompute each decoder layer in the backward pass,
+    # and process queries in blocks of this many tokens (0 = all at once) so attention scores stay [B, H, block, S].
+    remat: bool = False
+    attention_chunk: int = 1024
 
     def __post_init__(self):
+        if self.attention_chunk < 0:
+            raise ValueError(f"attention_chunk must be >= 0, got {self.attention_chunk}")
         if self.vision.out_hidden_size != self.text.hidden_size:
             raise ValueError(
                 f"vision.out_hidden_size ({self.vision.out_hidden_size}) must equal text.hidden_size ({self.text.hidden_size})"

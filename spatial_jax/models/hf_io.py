@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from spatial_jax.models.config import DType, LoRAConfig, ModelConfig
-from spatial_jax.models.lora import merge_lora
+from spatial_jax.models.lora import merge_lora, reset_adapters
 from spatial_jax.models.qwen3_vl import Qwen3VL
 from spatial_jax.models.sharding import logical_to_spec, shard_model, variable_names
 
@@ -168,32 +168,27 @@ def from_pretrained(
     mesh: Mesh | None = None,
     lora: LoRAConfig = LoRAConfig(),
     seed: int = 0,
+    remat: bool = False,
+    attention_chunk: int = 1024,
 ) -> Qwen3VL:
     """Builds `Qwen3VL` from a HF checkpoint directory; adapters (if any) are fresh (B = 0).
 
-    Base weights are read tensor by tensor and placed directly with their sharding when `mesh` is given; the random
-    base initialisation is never materialised (only the adapter factors and RNG state are initialised).
+    Base weights are read tensor by tensor and placed directly with their sharding when `mesh` is given; the model
+    is built abstractly (nnx.eval_shape), so no random base initialisation is ever materialised.
     """
     path = Path(path)
-    cfg = load_config(path, lora=lora, dtype=dtype, param_dtype=param_dtype)
+    cfg = load_config(path, lora=lora, dtype=dtype, param_dtype=param_dtype).replace(
+        remat=remat, attention_chunk=attention_chunk)
     reader = _CheckpointReader(path)
-    make = lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed))  # noqa: E731
-    graphdef, abstract = nnx.split(nnx.eval_shape(make))
-
-    def is_extra(var_path, _):
-        return hf_name(var_path) is None
-
-    # Under jit only the requested leaves are computed; the random base weights are dead code.
-    extra = jax.jit(lambda: nnx.state(make(), is_extra))()
-    extra_flat = dict(nnx.to_flat_state(extra))
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed))))
 
     pdt = jnp.dtype(cfg.param_dtype)
     used = set()
     leaves = []
     for var_path, var in nnx.to_flat_state(abstract):
         name = hf_name(var_path)
-        if name is None:
-            leaves.append((var_path, extra_flat[var_path]))
+        if name is None:  # adapters and their RNG streams: filled by reset_adapters below
+            leaves.append((var_path, var))
             continue
         if name not in reader:
             raise KeyError(f"checkpoint {path} lacks {name} (for {'.'.join(map(str, var_path))})")
@@ -202,7 +197,8 @@ def from_pretrained(
         if mesh is not None:
             names = variable_names(var)
             spec = logical_to_spec(names, arr.shape, mesh) if names else jax.sharding.PartitionSpec()
-            value = jax.device_put(arr, NamedSharding(mesh, spec))
+            # each device (on every host) copies only its own block
+            value = jax.make_array_from_callback(arr.shape, NamedSharding(mesh, spec), lambda idx, a=arr: a[idx])
         else:
             value = jnp.asarray(arr)
         leaves.append((var_path, var.replace(value)))
@@ -211,7 +207,11 @@ def from_pretrained(
         unused.discard("lm_head.weight")
     if unused:
         raise KeyError(f"checkpoint {path} has weights the model does not use: {sorted(unused)[:8]}")
-    model = nnx.merge(graphdef, nnx.from_flat_state(leaves))
+    model = reset_adapters(nnx.merge(graphdef, nnx.from_flat_state(leaves)), seed)
+    abstract_left = [p for p, v in nnx.to_flat_state(nnx.state(model))
+                     if isinstance(v.get_value(), jax.ShapeDtypeStruct)]
+    if abstract_left:
+        raise RuntimeError(f"from_pretrained left uninitialised state: {abstract_left[:4]}")
     if mesh is not None:
         shard_model(model, mesh)
     return model

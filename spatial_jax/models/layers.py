@@ -4,10 +4,35 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 # Finite "minus infinity": a query with no visible key (left padding) gets uniform weights instead of NaN.
 MASK_VALUE = -1e30
+
+
+def _host_rng(key: jax.Array) -> np.random.Generator | None:
+    """A numpy generator seeded from a concrete key; None while tracing (jit / eval_shape)."""
+    if isinstance(key, jax.core.Tracer):
+        return None
+    return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+
+
+def random_normal(key: jax.Array, shape: tuple[int, ...], std: float, dtype) -> jax.Array:
+    """N(0, std^2) weights. Eager construction draws on the host (XLA's threefry compiles slowly for every new
+    shape); under tracing it stays a jax op, so abstract or compiled construction never materialises it on host."""
+    rng = _host_rng(key)
+    if rng is None:
+        return (jax.random.normal(key, shape, jnp.float32) * std).astype(dtype)
+    return jnp.asarray((rng.standard_normal(shape, dtype=np.float32) * np.float32(std))).astype(dtype)
+
+
+def random_uniform(key: jax.Array, shape: tuple[int, ...], bound: float, dtype) -> jax.Array:
+    """U(-bound, bound) weights, drawn like `random_normal`."""
+    rng = _host_rng(key)
+    if rng is None:
+        return jax.random.uniform(key, shape, jnp.float32, -bound, bound).astype(dtype)
+    return jnp.asarray(rng.uniform(-bound, bound, size=shape).astype(np.float32)).astype(dtype)
 
 
 def param(value: jax.Array, axes: tuple[str | None, ...]) -> nnx.Param:
@@ -54,27 +79,38 @@ class Embed(nnx.Module):
 
     def __init__(self, num: int, dim: int, *, axes: tuple[str | None, str | None], dtype: str = "float32",
                  param_dtype: str = "float32", rngs: nnx.Rngs):
-        self.embedding = param(
-            (jax.random.normal(rngs.params(), (num, dim), jnp.float32) * 0.02).astype(jnp.dtype(param_dtype)), axes
-        )
+        self.embedding = param(random_normal(rngs.params(), (num, dim), 0.02, jnp.dtype(param_dtype)), axes)
         self.dtype = dtype
 
     def __call__(self, ids: jax.Array) -> jax.Array:
         return jnp.take(self.embedding[...], ids, axis=0).astype(jnp.dtype(self.dtype))
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
-    """Grouped-query attention with an explicit boolean mask.
-
-    q [B, T, H, D], k/v [B, S, Hkv, D] (query head h reads kv head h // (H / Hkv)), mask broadcastable to
-    [B, T, S] (True = visible). Scores and softmax in float32; returns [B, T, H, D] in q's dtype.
-    """
+def _attention_block(q, k, v, mask, scale):
     B, T, H, D = q.shape
     Hkv = k.shape[2]
-    g = H // Hkv
-    qg = q.reshape(B, T, Hkv, g, D)
+    qg = q.reshape(B, T, Hkv, H // Hkv, D)
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
     scores = jnp.where(mask[:, None, None, :, :], scores, MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(B, T, H, D)
+    return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float, chunk: int = 0) -> jax.Array:
+    """Grouped-query attention with an explicit boolean mask.
+
+    q [B, T, H, D], k/v [B, S, Hkv, D] (query head h reads kv head h // (H / Hkv)), mask [B, T, S]
+    (True = visible). Scores and softmax in float32; returns [B, T, H, D] in q's dtype. With 0 < chunk < T the
+    queries go through in blocks of `chunk`, each recomputed in the backward pass, so no [B, H, T, S] tensor is
+    ever live.
+    """
+    B, T, H, D = q.shape
+    if chunk <= 0 or T <= chunk:
+        return _attention_block(q, k, v, mask, scale)
+    n = -(-T // chunk)
+    pad = n * chunk - T
+    qp = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(B, n, chunk, H, D).swapaxes(0, 1)
+    mp = jnp.pad(mask, ((0, 0), (0, pad), (0, 0))).reshape(B, n, chunk, -1).swapaxes(0, 1)
+    block = jax.checkpoint(lambda qm: _attention_block(qm[0], k, v, qm[1], scale))
+    out = jax.lax.map(block, (qp, mp))  # [n, B, chunk, H, D]
+    return out.swapaxes(0, 1).reshape(B, n * chunk, H, D)[:, :T]

@@ -18,13 +18,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spatial_jax.models.layers import random_normal, random_uniform
+
 
 class LoRAParam(nnx.Param):
     """A trainable low-rank adapter factor (A or B)."""
-
-
-def _dtype(name: str):
-    return jnp.dtype(name)
 
 
 class LoRALinear(nnx.Module):
@@ -44,15 +42,13 @@ class LoRALinear(nnx.Module):
         param_dtype: str = "float32",
         rngs: nnx.Rngs,
     ):
-        pdt = _dtype(param_dtype)
+        pdt = jnp.dtype(param_dtype)
         self.in_features = in_features
         self.out_features = out_features
         self.dtype = dtype
         std = in_features**-0.5
-        self.kernel = nnx.Param(
-            (jax.random.normal(rngs.params(), (in_features, out_features), jnp.float32) * std).astype(pdt),
-            out_sharding=axes, eager_sharding=False,
-        )
+        self.kernel = nnx.Param(random_normal(rngs.params(), (in_features, out_features), std, pdt),
+                                out_sharding=axes, eager_sharding=False)
         self.bias = (
             nnx.Param(jnp.zeros((out_features,), pdt), out_sharding=(axes[1],), eager_sharding=False)
             if use_bias else None
@@ -63,7 +59,7 @@ class LoRALinear(nnx.Module):
         if rank > 0:
             bound = in_features**-0.5
             self.lora_a = LoRAParam(
-                jax.random.uniform(rngs.params(), (in_features, rank), jnp.float32, -bound, bound).astype(pdt),
+                random_uniform(rngs.params(), (in_features, rank), bound, pdt),
                 out_sharding=(axes[0], "lora_rank"), eager_sharding=False,
             )
             self.lora_b = LoRAParam(jnp.zeros((rank, out_features), pdt),
@@ -75,7 +71,7 @@ class LoRALinear(nnx.Module):
             self.lora_dropout = None
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        dt = _dtype(self.dtype)
+        dt = jnp.dtype(self.dtype)
         x = x.astype(dt)
         y = jnp.dot(x, self.kernel[...].astype(dt))
         if self.bias is not None:
@@ -125,6 +121,21 @@ def merge_lora(model: nnx.Module) -> nnx.Module:
             layer.kernel[...] = layer.merged_kernel()
             layer.lora_b[...] = jnp.zeros_like(layer.lora_b[...])
     return merged
+
+
+def reset_adapters(model: nnx.Module, seed: int = 0) -> nnx.Module:
+    """Fresh adapters in place: A ~ U(+-1/sqrt(in)), B = 0, new dropout streams. Also fills the adapters of an
+    abstract model (nnx.eval_shape) whose base weights were loaded from a checkpoint."""
+    rngs = nnx.Rngs(seed)
+    for layer in lora_layers(model):
+        if layer.rank == 0:
+            continue
+        dtype = layer.lora_a.get_value().dtype
+        layer.lora_a.set_value(random_uniform(rngs.params(), (layer.in_features, layer.rank),
+                                              layer.in_features**-0.5, dtype))
+        layer.lora_b.set_value(jnp.zeros((layer.rank, layer.out_features), dtype))
+        layer.lora_dropout.rngs = rngs.dropout.fork()
+    return model
 
 
 def lora_param_count(model: nnx.Module) -> int:

@@ -12,7 +12,7 @@ Config (spatial_jax.models.config)
     LoRAConfig(rank, alpha, dropout, targets, vision_rank, vision_alpha, vision_targets); LoRAConfig.spatialcore()
 
 Model
-    model = Qwen3VL(cfg, rngs=nnx.Rngs(0))   (eager), or create_model(cfg, seed=0, mesh=None) (one jit call, sharded)
+    model = Qwen3VL(cfg, rngs=nnx.Rngs(0))   or create_model(cfg, seed=0, mesh=None) (placed on a mesh)
     logits, new_cache = model(input_ids [B,T] int32, *, positions [3,B,T] int32 | None, attention_mask [B,T] | None,
                               pixel_values [P, C*tp*ps*ps] | None, image_grid_thw [n_img,3] | None,
                               vision: VisionInputs | None, cache: KVCache | None, cache_index: int32 scalar | None,
@@ -28,11 +28,15 @@ Model
     positions, rope_deltas = model.get_rope_index(input_ids, image_grid_thw, attention_mask)   # numpy, host side
         positions [3,B,T] int32, rope_deltas [B] int32 (HF's [B,1] squeezed).
     cache = model.init_cache(batch, max_len, dtype=None)   # KVCache: keys/values tuples of [B,max_len,n_kv,hd],
-        mask [B,max_len] int32. Prefill: model(prompt, cache=cache, cache_index=0, ...); decode step s:
-        model(tok [B,1], positions=decode_positions(n_real, rope_deltas), attention_mask=ones [B,1],
-        cache=cache, cache_index=prompt_len + s). Shapes are static, so one jit compile serves every step.
+        mask [B,max_len] int32. Prefill: model(prompt [B,T0], positions=..., attention_mask=prompt mask, vision=...,
+        cache=cache, cache_index=0). Decode step s = 0, 1, ... feeds the s-th sampled token:
+        model(tok [B,1], positions=decode_positions(prompt_mask.sum(1) + s, rope_deltas), attention_mask=ones [B,1],
+        cache=cache, cache_index=T0 + s). Shapes are static, so one jit compile serves every step.
     model.lm_head_weight() -> W [D,V] (the embedding transposed when tied), for the fused log-prob kernel on
         `model(..., return_hidden=True)`.
+
+Memory knobs (ModelConfig; results unchanged): `remat=True` recomputes each decoder layer in the backward pass;
+    `attention_chunk` (default 1024, 0 = off) runs queries in blocks so no [B, H, T, S] score tensor is live.
 
 LoRA (spatial_jax.models.lora): every decoder q/k/v/o/gate/up/down projection (and the vision blocks' qkv, proj,
     linear_fc1/2 when vision_rank > 0) is a `LoRALinear`; adapter factors are `LoRAParam` variables (B starts at 0).
@@ -57,14 +61,21 @@ from flax import nnx
 
 from spatial_jax.models import rope
 from spatial_jax.models.config import ModelConfig
-from spatial_jax.models.layers import Embed, RMSNorm, param
-from spatial_jax.models.sharding import constrain, state_shardings
+from spatial_jax.models.layers import Embed, RMSNorm, param, random_normal
+from spatial_jax.models.sharding import constrain, shard_model
 from spatial_jax.models.text import DecoderLayer, KVCache, attention_mask_for
 from spatial_jax.models.vision import VisionInputs, VisionTower, prepare_vision_inputs
 
 
 def _is_concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _run_layer(layer, *args):
+    return layer(*args)
+
+
+_remat_layer = nnx.remat(_run_layer)
 
 
 class Qwen3VL(nnx.Module):
@@ -82,8 +93,9 @@ class Qwen3VL(nnx.Module):
         if cfg.tie_word_embeddings:
             self.lm_head = None
         else:
-            w = jax.random.normal(rngs.params(), (t.hidden_size, t.vocab_size), jnp.float32) * t.hidden_size**-0.5
-            self.lm_head = param(w.astype(jnp.dtype(cfg.param_dtype)), ("embed", "vocab"))
+            w = random_normal(rngs.params(), (t.hidden_size, t.vocab_size), t.hidden_size**-0.5,
+                              jnp.dtype(cfg.param_dtype))
+            self.lm_head = param(w, ("embed", "vocab"))
 
     def lm_head_weight(self) -> jax.Array:
         """Output projection W [D, V] in the parameter dtype (tied: the token embedding transposed)."""
@@ -121,6 +133,10 @@ class Qwen3VL(nnx.Module):
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
         B, T = input_ids.shape
+        if _is_concrete(input_ids) and input_ids.size and (
+            int(input_ids.min()) < 0 or int(input_ids.max()) >= cfg.text.vocab_size
+        ):
+            raise ValueError(f"input_ids outside the vocabulary [0, {cfg.text.vocab_size})")
         attention_mask = jnp.ones((B, T), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
         if attention_mask.shape != (B, T):
             raise ValueError(f"attention_mask shape {attention_mask.shape} != input_ids shape {(B, T)}")
@@ -156,10 +172,11 @@ class Qwen3VL(nnx.Module):
         cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
         mask, key_mask = attention_mask_for(attention_mask, cache, cache_index)
 
+        run_layer = _remat_layer if cfg.remat else _run_layer
         new_keys, new_values = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.keys[i], cache.values[i])
-            x, new_kv = layer(x, cos, sin, mask, kv, cache_index)
+            x, new_kv = run_layer(layer, x, cos, sin, mask, kv, cache_index)
             if new_kv is not None:
                 new_keys.append(new_kv[0])
                 new_values.append(new_kv[1])
@@ -174,17 +191,7 @@ class Qwen3VL(nnx.Module):
 
 
 def create_model(cfg: ModelConfig, *, seed: int = 0, mesh: jax.sharding.Mesh | None = None) -> Qwen3VL:
-    """A randomly initialised model built in one compiled call (much faster than eager construction), with its
-    parameters laid out on `mesh` by the sharding rules when one is given."""
-
-    @nnx.jit
-    def make():
-        model = Qwen3VL(cfg, rngs=nnx.Rngs(seed))
-        if mesh is not None:
-            state = nnx.state(model)
-            specs = jax.tree.map(lambda s: s.get_value(), state_shardings(state, mesh),
-                                 is_leaf=lambda x: isinstance(x, nnx.Variable))
-            nnx.update(model, jax.lax.with_sharding_constraint(state, specs))
-        return model
-
-    return make()
+    """A randomly initialised model (built on the host), placed on `mesh` by the sharding rules when given.
+    For real checkpoints use hf_io.from_pretrained, which never materialises a random initialisation."""
+    model = Qwen3VL(cfg, rngs=nnx.Rngs(seed))
+    return model if mesh is None else shard_model(model, mesh)

@@ -55,6 +55,7 @@ class TextAttention(nnx.Module):
         self.num_heads = t.num_attention_heads
         self.num_kv = t.num_key_value_heads
         self.head_dim = t.head_dim
+        self.chunk = cfg.attention_chunk
         common = dict(use_bias=t.attention_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.q_proj = LoRALinear(t.hidden_size, self.num_heads * t.head_dim, axes=("embed", "heads"),
                                  **common, **_lora_kwargs(cfg, "q_proj"))
@@ -85,7 +86,7 @@ class TextAttention(nnx.Module):
             new_kv = (k, v)
         k = constrain(k, ("batch", "cache_seq", "act_kv_heads", None))
         v = constrain(v, ("batch", "cache_seq", "act_kv_heads", None))
-        out = attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, self.head_dim**-0.5)
+        out = attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, self.head_dim**-0.5, self.chunk)
         return self.o_proj(out.reshape(B, T, -1)), new_kv
 
 

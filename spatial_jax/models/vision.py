@@ -14,7 +14,7 @@ import numpy as np
 from flax import nnx
 
 from spatial_jax.models.config import ModelConfig, VisionConfig
-from spatial_jax.models.layers import LayerNorm, attention, param
+from spatial_jax.models.layers import LayerNorm, attention, param, random_normal
 from spatial_jax.models.lora import LoRALinear
 from spatial_jax.models.rope import apply_rotary, vision_cos_sin
 from spatial_jax.models.sharding import constrain
@@ -33,10 +33,6 @@ class VisionInputs:
     interp_idx: jax.Array
     interp_weight: jax.Array
     segment_ids: jax.Array
-
-    @property
-    def num_patches(self) -> int:
-        return self.pixel_values.shape[0]
 
 
 def _axis_taps(index: np.ndarray, size: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +111,7 @@ class VisionAttention(nnx.Module):
         v = cfg.vision
         self.num_heads = v.num_heads
         self.head_dim = v.hidden_size // v.num_heads
+        self.chunk = cfg.attention_chunk
         common = dict(use_bias=True, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.qkv = LoRALinear(v.hidden_size, 3 * v.hidden_size, axes=("vision_embed", "vision_heads"),
                               **common, **_lora_kwargs(cfg, "qkv"))
@@ -127,7 +124,7 @@ class VisionAttention(nnx.Module):
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         q = apply_rotary(q, cos, sin)
         k = apply_rotary(k, cos, sin)
-        out = attention(q[None], k[None], v[None], mask[None], self.head_dim**-0.5)[0]
+        out = attention(q[None], k[None], v[None], mask[None], self.head_dim**-0.5, self.chunk)[0]
         return self.proj(out.reshape(P, -1))
 
 
@@ -188,10 +185,8 @@ class VisionTower(nnx.Module):
         pdt = jnp.dtype(cfg.param_dtype)
         self.patch_embed = LoRALinear(v.patch_dim, v.hidden_size, axes=("vision_patch", "vision_embed"),
                                       use_bias=True, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
-        self.pos_embed = param(
-            (jax.random.normal(rngs.params(), (v.num_position_embeddings, v.hidden_size), jnp.float32) * 0.02).astype(pdt),
-            ("vision_pos", "vision_embed"),
-        )
+        self.pos_embed = param(random_normal(rngs.params(), (v.num_position_embeddings, v.hidden_size), 0.02, pdt),
+                               ("vision_pos", "vision_embed"))
         self.blocks = nnx.List([VisionBlock(cfg, rngs=rngs) for _ in range(v.depth)])
         self.merger = PatchMerger(cfg, postshuffle_norm=False, rngs=rngs)
         self.deepstack_merger_list = nnx.List(

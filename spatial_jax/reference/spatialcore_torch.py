@@ -1,7 +1,7 @@
 """Torch float64 reference of the SpatialCORE reward (SPEC 2), written apart from spatial_jax.rewards.spatialcore.
 
 Shares only the string parsers (parse_think, resolve_gold, the word tokeniser); every number is computed here.
-Matching is exhaustive search over assignments (the reward's box counts are small).
+Matching is exhaustive search over assignments (the reward's box counts are small; scipy beyond 8! candidates).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import math
 from typing import Sequence
 
 import torch
+from scipy.optimize import linear_sum_assignment
 
 from spatial_jax.reference.geometry_torch import pairwise_iou
 from spatial_jax.rewards.parse_think import parse_think, resolve_gold
@@ -68,9 +69,15 @@ def box_uncertainty(completion: str, entropies, offsets, coord_spans, digit_voca
     return float(torch.clamp(torch.stack(coord_means).mean() / math.log(digit_vocab), 0.0, 1.0))
 
 
+MAX_EXHAUSTIVE = 40_320  # 8! assignments; beyond that the Hungarian algorithm (scipy) answers
+
+
 def best_assignment(score: torch.Tensor) -> list[tuple[int, int]]:
-    """Exhaustive maximum-sum one-to-one assignment with min(n, m) pairs."""
+    """Maximum-sum one-to-one assignment with min(n, m) pairs: exhaustive for small sizes, else scipy."""
     n, m = score.shape
+    if math.perm(max(n, m), min(n, m)) > MAX_EXHAUSTIVE:
+        rows, cols = linear_sum_assignment(score.numpy(), maximize=True)
+        return [(int(j), int(k)) for j, k in zip(rows, cols)]
     s = score.tolist()
     best, best_pairs = -math.inf, []
     if n <= m:
@@ -102,7 +109,8 @@ def _format(parsed, has_gt: bool, question: str, options, cfg) -> float:
     coords = [tuple(b.bbox) for b in valid]
     rep_l = sum(1 for i, x in enumerate(labels) if x in labels[:i])
     rep_b = sum(1 for i, x in enumerate(coords) if x in coords[:i])
-    value = cfg.format_base - min(cfg.repeat_label_cap, rep_l * cfg.repeat_label_penalty) - rep_b * cfg.repeat_box_penalty
+    value = cfg.format_base - min(cfg.repeat_label_cap, rep_l * cfg.repeat_label_penalty)
+    value -= rep_b * cfg.repeat_box_penalty
     ctx = set(words(question))
     for o in options:
         ctx |= words(o)

@@ -40,7 +40,8 @@ def group_advantages(
     return jnp.where(m & spread, adv, jnp.zeros((), r.dtype))
 
 
-_group_advantages_jit = jax.jit(group_advantages, static_argnames=("std",))
+# Jitted form for callers on the host or in the trainer; `std` selects the trace.
+group_advantages_jit = jax.jit(group_advantages, static_argnames=("std",))
 
 
 def advantages_by_group(
@@ -67,7 +68,7 @@ def advantages_by_group(
         table[row, : len(idx)] = [float(rewards[i]) for i in idx]
         mask[row, : len(idx)] = True
     with host_float64():
-        adv = np.asarray(_group_advantages_jit(table, eps, std, mask))
+        adv = np.asarray(group_advantages_jit(table, eps, std, mask))
     for row, idx in enumerate(members.values()):
         for slot, i in enumerate(idx):
             out[i] = float(adv[row, slot])

@@ -73,7 +73,7 @@ def valid_box(coords: Any, label: Any = "", lo: int = 0, hi: int = 1000, need_la
     """SPEC 7: four integers with lo <= x1 < x2 <= hi and lo <= y1 < y2 <= hi, and (when asked) a non-blank label."""
     if not isinstance(coords, (list, tuple)) or len(coords) != 4:
         return False
-    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in coords):
+    if not all(type(c) is int or isinstance(c, np.integer) for c in coords):
         return False
     x1, y1, x2, y2 = (int(c) for c in coords)
     if not (lo <= x1 < x2 <= hi and lo <= y1 < y2 <= hi):

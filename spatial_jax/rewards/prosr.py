@@ -114,13 +114,13 @@ def segment_bounds(length: int, mid_start: float = 0.3, late_start: float = 0.7)
 
 def span_entropies(completion: str, trace: TokenTrace, end: int) -> np.ndarray:
     """Entropies of the tokens lying inside [0, end) (SPEC 7), in order; zero-width and non-finite ones dropped."""
-    ent = trace.entropies
-    out = [
-        ent[t]
-        for t, (s, e) in enumerate(trace.offsets)
-        if t < len(ent) and 0 <= s < e <= end and np.isfinite(ent[t])
-    ]
-    return np.asarray(out, np.float64)
+    n = min(len(trace.entropies), len(trace.offsets))
+    if n == 0:
+        return np.zeros(0)
+    ent = np.asarray(trace.entropies[:n], np.float64)
+    off = np.asarray(trace.offsets[:n], np.int64).reshape(n, 2)
+    keep = (off[:, 0] >= 0) & (off[:, 0] < off[:, 1]) & (off[:, 1] <= end) & np.isfinite(ent)
+    return ent[keep]
 
 
 def _trajectory(completion: str, trace: TokenTrace, parsed: ParsedThink) -> np.ndarray:

@@ -18,7 +18,7 @@ from spatial_jax.rewards.matching import max_weight_matching
 from spatial_jax.rewards.parse_think import ParsedBox, ParsedThink, parse_think, resolve_gold
 from spatial_jax.rewards.records import Rollout
 from spatial_jax.rewards.text import label_similarity, normalise_label, words
-from spatial_jax.rewards.uncertainty import box_digit_positions, box_uncertainty_from_digits, pack_box_digits
+from spatial_jax.rewards.uncertainty import box_uncertainty_from_digits, pack_rollout_boxes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +148,12 @@ def format_term(parsed: ParsedThink, has_gt: bool, question: str, options: Seque
     return out
 
 
+def no_spatial() -> dict[str, float]:
+    """The spatial part of a completion that earns none (no reference, or truncated)."""
+    return dict(r_spatial=0.0, precision=0.0, recall=0.0, f_alpha=0.0, over_penalty=0.0, n_matched=0.0,
+                mean_matched_iou=0.0)
+
+
 def spatial_reward(
     boxes: Sequence[ParsedBox], h: np.ndarray, rollout: Rollout, cfg: SpatialCOREConfig
 ) -> dict[str, float]:
@@ -157,8 +163,7 @@ def spatial_reward(
     fill the assignment, and which of them is picked among ties is arbitrary)."""
     gt = rollout.gt_boxes
     n, m = len(boxes), len(gt)
-    out = dict(r_spatial=0.0, precision=0.0, recall=0.0, f_alpha=0.0, over_penalty=0.0,
-               n_matched=0.0, mean_matched_iou=0.0)
+    out = no_spatial()
     if m == 0:
         return out  # A.3: no reference, boxes neither rewarded nor penalised
     v = np.array([g.validity for g in gt], np.float64)
@@ -188,13 +193,6 @@ def spatial_reward(
     return out
 
 
-def _box_positions(rollout: Rollout, boxes: Sequence[ParsedBox]) -> list[list[list[int]]]:
-    trace = rollout.trace
-    if not trace.offsets:
-        return [[[], [], [], []] for _ in boxes]
-    return [box_digit_positions(rollout.completion, trace.offsets, b.coord_spans) for b in boxes]
-
-
 _uncertainty_jit = jax.jit(box_uncertainty_from_digits)
 
 
@@ -205,7 +203,8 @@ def batch_uncertainty(
     packed_e, packed_m = [], []
     for ro, bs in zip(rollouts, boxes):
         if bs:
-            e, mk = pack_box_digits(_box_positions(ro, bs), ro.trace.entropies or (), k=None)
+            e, mk = pack_rollout_boxes(ro.completion, ro.trace.offsets, ro.trace.entropies,
+                                       [b.coord_spans for b in bs])
             packed_e.append(e)
             packed_m.append(mk)
     total = sum(e.shape[0] for e in packed_e)
@@ -238,10 +237,7 @@ def _score_one(ro: Rollout, parsed: ParsedThink, valid: Sequence[ParsedBox], h: 
     closed = parsed.closed
     r_ans = 1.0 if closed and gold is not None and parsed.answer == gold else 0.0
     fmt = format_term(parsed, len(ro.gt_boxes) > 0, ro.question, ro.options, cfg) if closed else 0.0
-    if closed:
-        sp = spatial_reward(valid, h, ro, cfg)
-    else:
-        sp = spatial_reward((), h[:0], dataclasses.replace(ro, gt_boxes=()), cfg)  # truncated: R_spatial = 0
+    sp = spatial_reward(valid, h, ro, cfg) if closed else no_spatial()  # truncated: R_spatial = 0
     gated = gated_spatial(r_ans, sp["r_spatial"], cfg)
     n_h = int(np.sum(has))
     return dict(

@@ -6,6 +6,7 @@ Device side: `box_uncertainty_from_digits`, jittable and dtype-generic (the fuse
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Sequence
 
@@ -33,25 +34,55 @@ def box_uncertainty_from_digits(
     return jnp.where(has, value, jnp.zeros((), h.dtype)), has
 
 
+class TokenLookup:
+    """Digit-token positions of character spans in one completion (SPEC 7).
+
+    Offsets from a tokenizer are sorted, so the overlapping tokens are found by bisection; unsorted offsets
+    fall back to a scan.
+    """
+
+    def __init__(self, completion: str, offsets: Sequence[tuple[int, int]]):
+        self.completion = completion
+        self.offsets = offsets
+        self.starts = [s for s, _ in offsets]
+        self.ends = [e for _, e in offsets]
+        self.sorted = all(a <= b for a, b in zip(self.starts, self.starts[1:])) and all(
+            a <= b for a, b in zip(self.ends, self.ends[1:])
+        )
+
+    def digit_positions(self, span: tuple[int, int]) -> list[int]:
+        """Tokens overlapping [start, end) whose own text is made of ASCII digits only."""
+        a, b = span
+        if self.sorted:
+            candidates = range(bisect.bisect_right(self.ends, a), bisect.bisect_left(self.starts, b))
+        else:
+            candidates = range(len(self.offsets))
+        out = []
+        for t in candidates:
+            s, e = self.offsets[t]
+            if s < b and e > a:
+                text = self.completion[s:e]
+                if text and text.isascii() and text.isdigit():
+                    out.append(t)
+        return out
+
+    def box_positions(self, coord_spans: Sequence[tuple[int, int]]) -> list[list[int]]:
+        """Per coordinate of one box, its digit-token positions."""
+        return [self.digit_positions(span) for span in coord_spans]
+
+
 def digit_token_positions(
     completion: str, offsets: Sequence[tuple[int, int]], span: tuple[int, int]
 ) -> list[int]:
     """Tokens overlapping the character span [start, end) whose own text is made of digits only (SPEC 7)."""
-    a, b = span
-    out = []
-    for t, (s, e) in enumerate(offsets):
-        if s < b and e > a:
-            text = completion[s:e]
-            if text and text.isascii() and text.isdigit():
-                out.append(t)
-    return out
+    return TokenLookup(completion, offsets).digit_positions(span)
 
 
 def box_digit_positions(
     completion: str, offsets: Sequence[tuple[int, int]], coord_spans: Sequence[tuple[int, int]]
 ) -> list[list[int]]:
     """Per coordinate (4 of them), the digit-token positions of that coordinate."""
-    return [digit_token_positions(completion, offsets, span) for span in coord_spans]
+    return TokenLookup(completion, offsets).box_positions(coord_spans)
 
 
 def pack_box_digits(
@@ -85,3 +116,17 @@ def pack_box_digits(
                     values[i, c, slot] = ent[t]
                     mask[i, c, slot] = True
     return values, mask
+
+
+def pack_rollout_boxes(
+    completion: str,
+    offsets: Sequence[tuple[int, int]],
+    entropies: Sequence[float],
+    coord_spans: Sequence[Sequence[tuple[int, int]]],
+    k: int | None = None,
+    rows: int | None = None,
+    dtype=np.float64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One rollout's boxes (each given by its 4 coordinate digit spans) -> padded ([B, 4, K], [B, 4, K] mask)."""
+    lookup = TokenLookup(completion, offsets)
+    return pack_box_digits([lookup.box_positions(spans) for spans in coord_spans], entropies, k, rows, dtype)

@@ -85,23 +85,52 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     return total / jnp.maximum(jnp.sum(valid), 1)
 
 
-def aggregate(token_loss: jax.Array, mask: jax.Array, mode: Aggregation, max_completion_length: int) -> jax.Array:
+def loss_denominator(mask: jax.Array, mode: Aggregation) -> jax.Array:
+    """The denominator `aggregate` uses for this mask (Dr. GRPO's max_completion_length factor excluded):
+    token_mean -> number of valid tokens; seq_mean_token_mean -> rows with a token; seq_mean_token_sum_norm -> rows.
+
+    For k micro-batches accumulated by optax.MultiSteps (which averages their gradients), pass
+    normalizer = loss_denominator(full_batch_mask, mode) / k to each micro-batch's policy_loss, so that the
+    accumulated update equals the one of the whole batch at once.
+    """
+    valid = mask > 0
+    if mode == "token_mean":
+        return jnp.sum(valid).astype(jnp.float32)
+    if mode == "seq_mean_token_mean":
+        return jnp.sum(jnp.any(valid, axis=-1)).astype(jnp.float32)
+    if mode == "seq_mean_token_sum_norm":
+        return jnp.asarray(mask.shape[0], jnp.float32)
+    raise ValueError(f"unknown aggregation {mode!r}")
+
+
+def aggregate(
+    token_loss: jax.Array,
+    mask: jax.Array,
+    mode: Aggregation,
+    max_completion_length: int,
+    normalizer: jax.Array | float | None = None,
+) -> jax.Array:
     """Reduces a per-token loss [B, T] to a scalar (SPEC §6 aggregations).
 
     token_mean: sum over all valid tokens / their number (DAPO).
     seq_mean_token_mean: mean over rows of each row's token mean; rows without tokens are left out of the mean.
     seq_mean_token_sum_norm: sum over all valid tokens / (B * max_completion_length) (Dr. GRPO).
+    normalizer: replaces the denominator loss_denominator(mask, mode) (see there); None uses this batch's own.
     """
     valid = mask > 0
     row_sum = jnp.sum(jnp.where(valid, token_loss, 0), axis=-1)
-    row_count = jnp.sum(valid, axis=-1)
+    if normalizer is None:
+        denominator = jnp.maximum(loss_denominator(mask, mode), 1.0)
+    else:
+        denominator = jnp.asarray(normalizer, token_loss.dtype)
+        denominator = jnp.where(denominator > 0, denominator, 1.0)  # an empty full batch: every sum is 0 too
     if mode == "token_mean":
-        return jnp.sum(row_sum) / jnp.maximum(jnp.sum(row_count), 1)
+        return jnp.sum(row_sum) / denominator
     if mode == "seq_mean_token_mean":
-        row_mean = row_sum / jnp.maximum(row_count, 1)
-        return jnp.sum(row_mean) / jnp.maximum(jnp.sum(row_count > 0), 1)
+        row_mean = row_sum / jnp.maximum(jnp.sum(valid, axis=-1), 1)
+        return jnp.sum(row_mean) / denominator
     if mode == "seq_mean_token_sum_norm":
-        return jnp.sum(row_sum) / (token_loss.shape[0] * max_completion_length)
+        return jnp.sum(row_sum) / (denominator * max_completion_length)
     raise ValueError(f"unknown aggregation {mode!r}")
 
 
@@ -162,6 +191,7 @@ def policy_loss(
     cfg: LossConfig,
     ref_logp: jax.Array | None = None,
     entropy: jax.Array | None = None,
+    normalizer: jax.Array | float | None = None,
 ) -> tuple[jax.Array, Metrics]:
     """Clipped policy-gradient loss (SPEC §6) and its metrics.
 
@@ -173,6 +203,7 @@ def policy_loss(
       cfg: LossConfig.
       ref_logp: [B, T] log pi_ref (required when cfg.kl_coef > 0; if given with kl_coef == 0 it is only measured).
       entropy: [B, T] per-token entropy of pi_theta (required when cfg.entropy_coef > 0; else only measured).
+      normalizer: denominator of the aggregation for micro-batching (see loss_denominator); None: this batch's.
 
     Returns:
       (loss, metrics). metrics (all scalars, stop-gradient) are: loss, pg_loss, ratio_mean, ratio_max,
@@ -194,7 +225,7 @@ def policy_loss(
     logp = jnp.where(valid, logp.astype(dtype), 0.0)
     old_logp = jnp.where(valid, jax.lax.stop_gradient(old_logp).astype(dtype), 0.0)
     has_tokens = jnp.any(valid, axis=-1)
-    adv = jax.lax.stop_gradient(advantages).astype(dtype)[:, None]
+    adv = jnp.where(has_tokens, jax.lax.stop_gradient(advantages).astype(dtype), 0.0)[:, None]
 
     ratio = jnp.exp(_log_ratio(logp, old_logp, m, cfg))
     low, high = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high
@@ -224,7 +255,7 @@ def policy_loss(
             token_loss = token_loss - cfg.entropy_coef * ent
         metrics["entropy"] = masked_mean(sg(ent), m)
 
-    loss = aggregate(token_loss, m, cfg.aggregation, cfg.max_completion_length)
+    loss = aggregate(token_loss, m, cfg.aggregation, cfg.max_completion_length, normalizer)
 
     r = sg(ratio)
     clip_low_active = ((r < low) & (adv < 0)).astype(dtype)
@@ -232,7 +263,7 @@ def policy_loss(
     token_log_ratio = sg(jnp.clip(logp - old_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
     metrics.update(
         loss=sg(loss),
-        pg_loss=sg(aggregate(pg, m, cfg.aggregation, cfg.max_completion_length)),
+        pg_loss=sg(aggregate(pg, m, cfg.aggregation, cfg.max_completion_length, normalizer)),
         ratio_mean=masked_mean(r, m),
         ratio_max=jnp.max(jnp.where(valid, r, 0.0)),
         clip_frac_low=masked_mean(clip_low_active, m),

@@ -112,7 +112,7 @@ class MetricsWriter:
 class ProgressBar:
     """tqdm bar over training steps showing the latest value of `keys` (those present in each update)."""
 
-    def __init__(self, total: int, initial: int = 0, keys: Sequence[str] = ("loss", "reward_mean", "lr"),
+    def __init__(self, total: int | None, initial: int = 0, keys: Sequence[str] = ("loss", "reward_mean", "lr"),
                  disable: bool | None = None, desc: str = "train", file: Any = None):
         from tqdm.auto import tqdm
 

@@ -9,14 +9,18 @@ import dataclasses
 class SamplingConfig:
     """How tokens are drawn. temperature 0 is greedy (argmax); top_k 0 and top_p 1.0 switch those filters off.
 
-    Filters apply in Hugging Face's order: logits / temperature, then top-k, then top-p on what top-k kept. Ties at
-    either cut-off are kept (the kept set never depends on the order of equal logits).
+    Filters apply in Hugging Face's order: suppressed ids removed, logits / temperature, then top-k, then top-p on
+    what top-k kept. Ties at either cut-off are kept (the kept set never depends on the order of equal logits).
+    The sampler always suppresses the model's image and video placeholder ids (a completion holding them could not
+    be re-encoded without pixels); `suppress_token_ids` adds more. Filters change which token is drawn, never the
+    reported log-probs and entropies, which are over the full vocabulary as the loss recomputes them.
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    suppress_token_ids: tuple[int, ...] = ()
     max_new_tokens: int = 256
     seed: int = 0
     pad_token_id: int = 0
@@ -32,7 +36,10 @@ class SamplingConfig:
             raise ValueError(f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if any(t < 0 for t in self.stop_token_ids):
             raise ValueError(f"SamplingConfig.stop_token_ids must be non-negative ids, got {self.stop_token_ids}")
+        if any(t < 0 for t in self.suppress_token_ids):
+            raise ValueError(f"SamplingConfig.suppress_token_ids must be non-negative ids, got {self.suppress_token_ids}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        object.__setattr__(self, "suppress_token_ids", tuple(int(t) for t in self.suppress_token_ids))
 
     @property
     def greedy(self) -> bool:

@@ -8,29 +8,64 @@ import jax.numpy as jnp
 from spatial_jax.sampling.config import SamplingConfig
 
 
+def _order_key(x: jax.Array) -> jax.Array:
+    """uint32 keys ordered like the float32 values (sign-magnitude -> offset binary), so thresholds can be bisected."""
+    bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+    sign = jnp.uint32(0x80000000)
+    return jnp.where(bits & sign, ~bits, bits | sign)
+
+
+def _from_order_key(key: jax.Array) -> jax.Array:
+    sign = jnp.uint32(0x80000000)
+    bits = jnp.where(key & sign, key & ~sign, ~key)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def _bisect(pred, lo: jax.Array, hi: jax.Array) -> jax.Array:
+    """Smallest key in [lo, hi] (per row) where the monotone predicate `pred(key) -> bool [B]` holds; pred(hi) must.
+
+    32 halvings of the uint32 range: exact, and far cheaper than a vocabulary sort on CPU.
+    """
+
+    def body(_, bounds):
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2
+        ok = pred(mid)
+        return jnp.where(ok, lo, mid + 1), jnp.where(ok, mid, hi)
+
+    return jax.lax.fori_loop(0, 32, body, (lo, hi))[1]
+
+
 def top_k_mask(logits: jax.Array, k: int) -> jax.Array:
     """True where a logit is >= the k-th largest of its row (ties at the cut-off kept); k <= 0 or k >= V keeps all."""
     vocab = logits.shape[-1]
     if k <= 0 or k >= vocab:
         return jnp.ones(logits.shape, dtype=bool)
-    kth = jax.lax.top_k(logits, k)[0][..., -1:]
-    return logits >= kth
+    keys = _order_key(logits)
+    # the k-th largest value is the largest t with #(x >= t) >= k, i.e. one below the smallest t with #(x >= t) < k
+    first_short = _bisect(lambda t: jnp.sum(keys >= t[..., None], axis=-1) < k,
+                          keys.min(axis=-1), keys.max(axis=-1) + 1)
+    return logits >= _from_order_key(first_short - 1)[..., None]
 
 
 def top_p_mask(logits: jax.Array, p: float) -> jax.Array:
     """True for the smallest most-probable set whose mass reaches p, closed under ties (nucleus sampling).
 
     A token is kept when the probability mass of tokens strictly more probable than it is below p; so the argmax is
-    always kept and equal-probability tokens are kept or dropped together. -inf logits are never kept unless all are.
+    always kept and equal-probability tokens are kept or dropped together.
     """
     if p >= 1.0:
         return jnp.ones(logits.shape, dtype=bool)
-    probs = jax.nn.softmax(logits, axis=-1)
-    sorted_probs = -jnp.sort(-probs, axis=-1)
-    mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
-    n_keep = jnp.maximum(jnp.sum(mass_before < p, axis=-1, keepdims=True), 1)
-    threshold = jnp.take_along_axis(sorted_probs, n_keep - 1, axis=-1)
-    return probs >= threshold
+    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    keys = _order_key(probs)
+
+    def mass_above_below_p(t):  # S(t) = sum of probs > t, non-increasing in t
+        above = probs > _from_order_key(t)[..., None]
+        return jnp.sum(jnp.where(above, probs, 0.0), axis=-1) < p
+
+    # kept = probs >= the smallest t with S(t) < p (S is right-continuous and steps only at probability values)
+    threshold = _bisect(mass_above_below_p, keys.min(axis=-1), keys.max(axis=-1))
+    return probs >= _from_order_key(threshold)[..., None]
 
 
 def filtered_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
@@ -56,8 +91,17 @@ def token_logprob(logits: jax.Array, tokens: jax.Array, temperature: float) -> j
     return jnp.take_along_axis(logp, tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
 
-def choose(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> jax.Array:
-    """Next token per row: argmax when greedy, else a categorical draw from the filtered, tempered distribution."""
+def suppress(logits: jax.Array, token_ids: jax.Array) -> jax.Array:
+    """logits with the given ids set to -inf (ids outside the vocabulary are ignored)."""
+    banned = jnp.zeros((logits.shape[-1],), bool).at[token_ids].set(True, mode="drop")
+    return jnp.where(banned, -jnp.inf, logits.astype(jnp.float32))
+
+
+def choose(logits: jax.Array, key: jax.Array, cfg: SamplingConfig, suppressed: jax.Array | None = None) -> jax.Array:
+    """Next token per row: argmax when greedy, else a categorical draw from the filtered, tempered distribution;
+    `suppressed` ids are never chosen."""
+    if suppressed is not None:
+        logits = suppress(logits, suppressed)
     if cfg.greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     return jax.random.categorical(key, filtered_logits(logits, cfg), axis=-1).astype(jnp.int32)

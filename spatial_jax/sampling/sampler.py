@@ -144,11 +144,11 @@ def prefill(model, input_ids, attention_mask=None, *, pixel_values=None, image_g
                   image_grid_thw=image_grid_thw, pad_patches_to=pad_patches_to)
 
 
-def _decode_impl(graphdef, params, state: SamplerState, cfg: SamplingConfig):
+def _decode_impl(graphdef, params, state: SamplerState, stop_ids: jax.Array, suppressed: jax.Array,
+                 cfg: SamplingConfig):
     model = nnx.merge(graphdef, params)
     B = state.done.shape[0]
     N = cfg.max_new_tokens
-    stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
     out = SampleOutput(
         tokens=jnp.full((B, N), cfg.pad_token_id, jnp.int32),
         logprobs=jnp.zeros((B, N), jnp.float32),
@@ -165,7 +165,7 @@ def _decode_impl(graphdef, params, state: SamplerState, cfg: SamplingConfig):
         step, st, o = carry
         key, sub = jax.random.split(st.key)
         live = ~st.done
-        tok = jnp.where(live, lg.choose(st.logits, sub, cfg), cfg.pad_token_id)
+        tok = jnp.where(live, lg.choose(st.logits, sub, cfg, suppressed), cfg.pad_token_id)
         lp = jnp.where(live, lg.token_logprob(st.logits, tok, cfg.temperature), 0.0)
         ent = jnp.where(live, lg.entropy(st.logits), 0.0)
         o = o.replace(
@@ -186,14 +186,15 @@ def _decode_impl(graphdef, params, state: SamplerState, cfg: SamplingConfig):
     return state, out.replace(lengths=out.mask.sum(axis=1))
 
 
-_decode_jit = jax.jit(_decode_impl, static_argnums=(0, 3))
+_decode_jit = jax.jit(_decode_impl, static_argnums=(0, 5))
 
 
 def decode(model, state: SamplerState, cfg: SamplingConfig) -> tuple[SamplerState, SampleOutput]:
     """Draws up to cfg.max_new_tokens tokens for every live row (stopping early once all rows are done).
 
-    The seed is not used here: randomness comes from `state.key` (set by `prefill`), so the compiled loop is
-    shared across seeds. Needs cfg.max_new_tokens free cache slots.
+    The seed is not used here: randomness comes from `state.key` (set by `prefill`). Seeds, stop ids and suppressed
+    ids (for a given number of them) are not part of the compiled loop's key, so changing them does not recompile.
+    Needs cfg.max_new_tokens free cache slots.
     """
     used = int(state.cache_index)
     if used + cfg.max_new_tokens > state.max_len:
@@ -201,7 +202,10 @@ def decode(model, state: SamplerState, cfg: SamplingConfig) -> tuple[SamplerStat
             f"KV cache overflow: {used} of {state.max_len} slots used, cannot decode {cfg.max_new_tokens} more tokens"
         )
     graphdef, params = nnx.split(model)
-    return _decode_jit(graphdef, params, state, dataclasses.replace(cfg, seed=0))
+    stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
+    suppressed = jnp.asarray((model.cfg.image_token_id, model.cfg.video_token_id, *cfg.suppress_token_ids), jnp.int32)
+    static_cfg = dataclasses.replace(cfg, seed=0, stop_token_ids=(), suppress_token_ids=())
+    return _decode_jit(graphdef, params, state, stop_ids, suppressed, static_cfg)
 
 
 def generate(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None,

@@ -1,0 +1,24 @@
+"""`spatial-jax train`: the whole job (optional SFT, evaluation, GRPO/GSPO, evaluation) for one run directory."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="a TOML file in configs/ (default: the embedded tiny CPU job)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. rl.steps=10")
+
+
+def load_config(args):
+    from spatial_jax.config import load
+    from spatial_jax.rl.config import TrainConfig
+
+    return load(TrainConfig, args.config, args.overrides)
+
+
+def run(args) -> int:
+    from spatial_jax.rl.train import train
+
+    train(load_config(args))
+    return 0

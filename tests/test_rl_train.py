@@ -1,0 +1,176 @@
+"""The training job: bad configs fail before compiling, recipes load, every method runs a few tiny steps, one GRPO
+update on a 2x2x2 mesh equals the single-device update, and a SIGKILLed run resumes to the same parameters."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from spatial_jax import config as C
+from spatial_jax.cli import main
+from spatial_jax.rl.checkpoint import Checkpointer
+from spatial_jax.rl.config import TrainConfig, validate
+from spatial_jax.rl.optim import make_optimizer
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ["tiny_cpu", "spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_7b", "allospatial_4b"]
+
+# A job small enough for a test: no SFT, a few prompts, short completions, no evaluation.
+TINY = [
+    "sft.steps=0", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.sampling.max_new_tokens=12",
+    "eval.after_rl=false", "data.train=synthetic:train:16", "data.eval=synthetic:heldout:4", "tensorboard=false",
+    "progress=false", "data.bucket_lengths=[256,512]",
+]
+
+
+def tiny(tmp_path, *extra) -> TrainConfig:
+    return C.load(TrainConfig, None, [f"run_dir={tmp_path}", *TINY, *extra])
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_configs_load_and_validate(name):
+    cfg = C.load(TrainConfig, ROOT / "configs" / f"{name}.toml")
+    validate(cfg, num_devices=cfg.mesh.size)
+    assert cfg.run_dir.endswith(name) or name == "tiny_cpu"
+
+
+def test_embedded_default_is_tiny_cpu():
+    assert C.load(TrainConfig) == C.load(TrainConfig, ROOT / "configs" / "tiny_cpu.toml")
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["rl.nope=1"], "unknown config key"),
+        (["rl.steps=many"], "expected an integer"),
+        (["rl.loss.kind=ppo"], "kind"),
+        (["method=magic"], "method"),
+    ],
+)
+def test_bad_config_is_a_clear_error(overrides, match):
+    with pytest.raises(C.ConfigError, match=match):
+        C.load(TrainConfig, None, overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["mesh.data=16"], "only 8 device"),
+        (["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2", "rl.prompts_per_step=3", "rl.group_size=2"], "divisible"),
+        (["rl.micro_batch=3"], "not divisible by rl.micro_batch"),
+        (["rl.group_size=1"], "group_size"),
+        (["mesh.data=4", "eval.batch_size=6"], "eval.batch_size"),
+    ],
+)
+def test_machine_checks_fail_before_compile(overrides, match, tmp_path):
+    cfg = C.load(TrainConfig, None, [f"run_dir={tmp_path}", *overrides])
+    with pytest.raises(C.ConfigError, match=match):
+        validate(cfg, num_devices=8)
+
+
+def test_cli_reports_config_errors(tmp_path, capsys):
+    assert main(["train", f"run_dir={tmp_path}", "rl.nope=1"]) == 2
+    assert "unknown config key" in capsys.readouterr().err
+
+
+def _params(job):
+    return jax.tree.map(np.asarray, job.trainable)
+
+
+def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
+    from spatial_jax.rl.train import Job
+
+    lr = "rl.optim.warmup_ratio=0.0"  # the first update must move the weights for the comparison to mean anything
+    one = Job(tiny(tmp_path / "one", "rl.prompts_per_step=4", "rl.group_size=2", lr))
+    sharded = Job(tiny(tmp_path / "mesh", "rl.prompts_per_step=4", "rl.group_size=2", lr, "mesh.data=2", "mesh.fsdp=2",
+                       "mesh.tensor=2"))
+    assert len(sharded.mesh.devices.flat) == 8
+    from spatial_jax.data.pipeline import train_iterator
+
+    batch = next(train_iterator(one.cfg.data, one.tok, "spatialcore", 4, image_cfg=one.policy.image_cfg))
+    sampling = dataclasses.replace(one.cfg.rl.sampling, stop_token_ids=(one.tok.im_end_id,), pad_token_id=one.tok.pad_id)
+    with jax.set_mesh(one.mesh):
+        comps, _ = one.collect(0, batch, sampling)
+    adv = np.linspace(-1.0, 1.0, len(comps.texts)).astype(np.float32)  # fixed, non-trivial advantages
+    results = []
+    for job in (one, sharded):
+        tx = make_optimizer(job.optim_config("rl"))
+        with jax.set_mesh(job.mesh):
+            _, metrics = job.update(0, comps, adv, tx, 1, tx.init(job.trainable), 1.0)
+        results.append((metrics["loss"], _params(job)))
+    (loss1, p1), (loss8, p8) = results
+    assert np.isfinite(loss1) and abs(loss1 - loss8) <= 1e-5
+    diffs = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), p1, p8))
+    assert max(diffs) <= 1e-5
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), p1, _params(Job(tiny(tmp_path / "fresh")))))
+    assert max(moved) > 0  # the update changed the parameters
+
+
+@pytest.mark.parametrize(
+    "method, extra",
+    [
+        ("prosr", []),
+        ("spatialthinker", []),
+        ("allospatial", ["rl.loss.kind=gspo", "rl.overlong_filter=true"]),
+        ("spatialcore", ["rl.loss.kind=gspo_token", "rl.updates_per_batch=2", "rl.micro_batch=2",
+                         "policy.lora.rank=4", "rl.loss.kl_coef=0.01"]),
+    ],
+)
+def test_each_method_runs_tiny_steps(method, extra, tmp_path):
+    from spatial_jax.rl.train import train
+
+    train(tiny(tmp_path, f"method={method}", "rl.steps=2", *extra))
+    rows = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(np.isfinite(r["loss"]) and np.isfinite(r["reward_mean"]) for r in rows)
+    if method == "prosr":
+        assert all(r["reward/has_blank"] == 1.0 for r in rows)
+    assert Checkpointer(tmp_path / "rl").latest_step() == 2
+
+
+def _final_params(run_dir: Path, steps: int):
+    from spatial_jax.rl.train import Job
+
+    job = Job(C.load(TrainConfig, None, [f"run_dir={run_dir}", *RESUME, f"rl.steps={steps}"]))
+    assert job.load_latest() == "rl"
+    return _params(job)
+
+
+RESUME = TINY + ["sft.steps=2", "sft.batch_size=2", "sft.checkpoint_every=1", "rl.checkpoint_every=1",
+                 "eval.after_sft=false", "seed=3"]
+
+
+def _command(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "spatial_jax.cli", "train", f"run_dir={run_dir}", *RESUME, "rl.steps=6"]
+
+
+def test_sigkilled_run_resumes_to_the_same_parameters(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env["XLA_FLAGS"] = ""  # one device, like a user's CPU run
+    straight = tmp_path / "straight"
+    subprocess.run(_command(straight), check=True, env=env, cwd=ROOT, capture_output=True, timeout=600)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_command(killed), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (killed / "rl" / "checkpoints" / "2").exists():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (killed / "rl" / "checkpoints" / "2").exists(), "the run never reached its second RL checkpoint"
+    done = Checkpointer(killed / "rl").latest_step()
+    assert done is not None and done < 6
+    subprocess.run(_command(killed), check=True, env=env, cwd=ROOT, capture_output=True, timeout=600)
+    rows = [json.loads(line)["step"] for line in (killed / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [1, 2, 3, 4, 5, 6]  # resumed without duplicated or missing steps
+
+    a, b = _final_params(straight, 6), _final_params(killed, 6)
+    assert max(jax.tree.leaves(jax.tree.map(lambda x, y: float(np.max(np.abs(x - y))), a, b))) == 0.0

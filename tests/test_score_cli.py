@@ -1,0 +1,109 @@
+"""`spatial-jax score` run in-process: JSONL in, scored JSONL + summary out; bad lines, methods, keys, backends."""
+
+import json
+
+import pytest
+
+from spatial_jax.cli import main
+from spatial_jax.rewards import synthetic
+
+
+def write(path, objs, extra_lines=()):
+    lines = [json.dumps(o) for o in objs] + list(extra_lines)
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def read(path):
+    return [json.loads(line) for line in open(path)]
+
+
+@pytest.fixture()
+def rollouts():
+    return [synthetic.to_json(ro) for ro in synthetic.rollouts(8, seed=11, group_size=4, with_blank=True)]
+
+
+def test_score_spatialcore_with_groups(tmp_path, rollouts, capsys):
+    rollouts[-1].pop("group")
+    out = tmp_path / "scored.jsonl"
+    rc = main(["score", "--method", "spatialcore", "--input", write(tmp_path / "in.jsonl", rollouts),
+               "--output", str(out)])
+    assert rc == 0
+    rows = read(out)
+    assert [r["id"] for r in rows] == [o["id"] for o in rollouts]
+    for key in ("reward", "r_ans", "format", "r_spatial", "precision", "recall", "mean_H", "n_pred"):
+        assert all(key in r for r in rows)
+    assert all("advantage" in r for r in rows[:-1]) and "advantage" not in rows[-1]
+    first = [r["advantage"] for r in rows[:4]]
+    assert abs(sum(first)) < 1e-6
+    summary = capsys.readouterr().out
+    assert "scored 8" in summary and "malformed lines 0" in summary and "parse failures" in summary
+
+
+def test_malformed_lines_are_reported_and_skipped(tmp_path, rollouts, capsys):
+    bad = ["{not json", json.dumps({"id": "x"}), json.dumps({"completion": "a", "token_entropies": [1.0],
+                                                              "token_offsets": []}), ""]
+    path = write(tmp_path / "in.jsonl", rollouts[:2], bad)
+    rc = main(["score", "--method", "spatialcore", "--input", path])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert f"{path}:3:" in captured.err and f"{path}:4:" in captured.err and f"{path}:5:" in captured.err
+    assert "malformed lines 3" in captured.out
+    scored = [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")]
+    assert len(scored) == 2
+
+
+def test_prosr_torch_backend_matches_default_and_overrides(tmp_path, rollouts, capsys):
+    path = write(tmp_path / "in.jsonl", rollouts)
+    results = {}
+    for backend in ("default", "torch"):
+        out = tmp_path / f"{backend}.jsonl"
+        assert main(["score", "--method", "prosr", "--input", path, "--output", str(out), "--backend", backend,
+                     "tau_cf=0.2", "resample_len=32"]) == 0
+        results[backend] = read(out)
+    for a, b in zip(results["default"], results["torch"]):
+        assert a.keys() == b.keys()
+        for k, v in a.items():
+            if isinstance(v, float):
+                assert v == pytest.approx(b[k], abs=1e-6)
+    assert "backend torch" in capsys.readouterr().out
+
+
+def test_override_changes_the_score(tmp_path, rollouts):
+    path = write(tmp_path / "in.jsonl", rollouts)
+    means = []
+    for beta in ("0.1", "1.0"):
+        out = tmp_path / f"b{beta}.jsonl"
+        assert main(["score", "--method", "spatialcore", "--input", path, "--output", str(out),
+                     f"beta={beta}"]) == 0
+        means.append(sum(r["precision"] for r in read(out)))
+    assert means[1] > means[0]  # beta = 1 removes the confidence discount
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--method", "nope"], "unknown method"),
+    (["--method", "spatialcore", "bogus_key=1"], "bogus_key"),
+    (["--method", "spatialcore", "beta=high"], "beta"),
+    (["--method", "spatialcore", "--backend", "cuda"], "unknown backend"),
+    (["--method", "spatialcore", "novalue"], "key=value"),
+])
+def test_configuration_errors_exit_2(tmp_path, rollouts, capsys, argv, needle):
+    path = write(tmp_path / "in.jsonl", rollouts[:1])
+    assert main(["score", "--input", path] + argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_missing_input_file(tmp_path, capsys):
+    assert main(["score", "--method", "spatialcore", "--input", str(tmp_path / "none.jsonl")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_registry_resolves_every_method():
+    from spatial_jax.rewards.registry import METHODS
+
+    assert sorted(METHODS) == ["allospatial", "prosr", "spatialcore", "spatialthinker"]
+    for name, method in METHODS.items():
+        cfg = method.config()
+        assert type(cfg) is method.config_cls
+        assert callable(method.score_batch) and callable(method.reference_score_batch), name
+        assert method.score_batch([], cfg) == [] and list(method.reference_score_batch([], cfg)) == []
