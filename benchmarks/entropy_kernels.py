@@ -7,7 +7,7 @@ For each (N, V) at hidden size D, in one process on the default JAX backend, it 
            (h @ w, then [N, V] @ w^T and h^T @ [N, V]) - what any exact method pays
 in two modes: "fwd" (log-probs and entropies) and "fwd_bwd" (plus d/dh and d/dw of sum(g_lp lp + g_H H)).
 Time: wall time of the compiled function, min over --repeats runs after one warm-up run (the min, because the
-machine may be shared). Memory: XLA's compiled memory analysis,
+machine may be shared); the implementations of one (N, V, mode) run in interleaved rounds so load hits them alike. Memory: XLA's compiled memory analysis,
   peak = temp_size_in_bytes + argument_size_in_bytes + output_size_in_bytes - alias_size_in_bytes,
 i.e. everything the executable holds at once (inputs and outputs included; temp is listed separately).
 It also times position_entropy at --positions positions against all N positions (at the largest N and V).
@@ -91,16 +91,22 @@ def memory(compiled) -> dict:
     return parts
 
 
-def measure(f, args, repeats: int) -> dict:
-    """Compile once, run once to warm up, then time `repeats` runs; min and median seconds plus memory."""
-    compiled = jax.jit(f).lower(*args).compile()
-    jax.block_until_ready(compiled(*args))
-    times = []
+def measure(fns: dict, args, repeats: int) -> dict:
+    """Compile every function, run each once to warm up, then time them in `repeats` interleaved rounds, so that
+    load from other processes hits all of them alike; per function: min and median seconds plus memory."""
+    compiled = {name: jax.jit(f).lower(*args).compile() for name, f in fns.items()}
+    for c in compiled.values():
+        jax.block_until_ready(c(*args))
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return {"time_s": min(times), "median_s": float(np.median(times)), "memory": memory(compiled)}
+        for name, c in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(c(*args))
+            times[name].append(time.perf_counter() - start)
+    return {
+        name: {"time_s": min(t), "median_s": float(np.median(t)), "memory": memory(compiled[name])}
+        for name, t in times.items()
+    }
 
 
 def loss_grad(fn):
@@ -172,8 +178,8 @@ def position_speedup(n: int, d: int, v: int, k: int, dtype, repeats: int) -> dic
     h, w, _, _, _ = inputs(n, d, v, dtype)
     few = jnp.asarray(np.random.default_rng(0).choice(n, size=min(k, n), replace=False), jnp.int32)
     every = jnp.arange(n, dtype=jnp.int32)
-    part = measure(lambda h, w, p: position_entropy(h, w, p, impl="xla"), (h, w, few), repeats)
-    full = measure(lambda h, w, p: position_entropy(h, w, p, impl="xla"), (h, w, every), repeats)
+    part = measure({"few": lambda h, w: position_entropy(h, w, few, impl="xla")}, (h, w), repeats)["few"]
+    full = measure({"all": lambda h, w: position_entropy(h, w, every, impl="xla")}, (h, w), repeats)["all"]
     return {"n": n, "v": v, "positions": int(few.shape[0]), "few_s": part["time_s"], "all_s": full["time_s"],
             "speedup": full["time_s"] / part["time_s"]}
 
@@ -242,20 +248,20 @@ def main(argv=None) -> dict:
         "machine": machine(),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "memory_definition": "peak = temp + argument + output - alias (compiled.memory_analysis())",
-        "time_definition": f"min of {args.repeats} timed runs after one warm-up run",
+        "time_definition": f"min of {args.repeats} timed runs after one warm-up run, impls interleaved per round",
         "rows": [],
     }
     fns = functions(args)
     for v in args.v:
         for n in args.n:
             data = inputs(n, args.d, v, dtype)
-            for impl, modes in fns.items():
-                for mode, f in modes.items():
-                    row = {"n": n, "d": args.d, "v": v, "dtype": args.dtype, "impl": impl, "mode": mode}
-                    row.update(measure(f, data, args.repeats))
+            for mode in ("fwd", "fwd_bwd"):
+                timed = measure({impl: modes[mode] for impl, modes in fns.items()}, data, args.repeats)
+                for impl, m in timed.items():
+                    row = {"n": n, "d": args.d, "v": v, "dtype": args.dtype, "impl": impl, "mode": mode, **m}
                     result["rows"].append(row)
-                    print(f"N={n} V={v} {mode:8s} {impl:6s} {row['time_s']:.3f} s  peak {fmt_bytes(row['memory']['peak'])}",
-                          flush=True)
+                    peak = fmt_bytes(row["memory"]["peak"])
+                    print(f"N={n} V={v} {mode:8s} {impl:6s} {row['time_s']:.3f} s  peak {peak}", flush=True)
             del data
     add_ratios(result["rows"])
     result["position_entropy"] = position_speedup(

@@ -18,8 +18,8 @@ from jax import lax
 
 from . import common
 
-DEFAULT_BLOCK_N = 4096
-DEFAULT_BLOCK_V = 2048
+DEFAULT_BLOCK_N = 1024
+DEFAULT_BLOCK_V = 1024
 
 _HIGHEST = lax.Precision.HIGHEST
 

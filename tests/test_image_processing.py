@@ -77,7 +77,9 @@ def test_matches_hf_batch_of_mixed_inputs():
     grey = rand_image(33, 81, 2, channels=1)
     rgba = rand_image(90, 90, 3, channels=4)
     ours_pv, ours_grid = preprocess([Image.fromarray(rgb), rgb, Image.fromarray(grey), Image.fromarray(rgba)], cfg)
-    ref_pv, ref_grid = hf_out([Image.fromarray(rgb), Image.fromarray(rgb), Image.fromarray(grey), Image.fromarray(rgba)], cfg)
+    ref_pv, ref_grid = hf_out(
+        [Image.fromarray(rgb), Image.fromarray(rgb), Image.fromarray(grey), Image.fromarray(rgba)], cfg
+    )
     np.testing.assert_array_equal(ours_grid, ref_grid)
     assert np.abs(ours_pv - ref_pv).max() <= TOL
     # numpy RGBA follows HF's numpy rule (alpha blend, rounded) and must match HF given the same array.

@@ -59,14 +59,14 @@ def assert_parity(got, want, tol):
 
 
 # (n, d, v, temperature, h_std, w_std, block_n, block_v): N = 1; N and V off the blocks; T != 1; the realistic
-# weight scale std 0.02 with hidden states large enough for logits of tens (the regime where a zero-padded column
-# would visibly shift the log-sum-exp); the real vocabulary size with tiny N and D.
+# weight scale std 0.02 with large hidden states (logits of tens: the online max and the entropy's cancellation);
+# the real vocabulary at std 0.02 with logits of order 1 (where a zero logit counted for a padded column would
+# visibly shift the log-sum-exp), tiny N and D, V not a multiple of the block.
 CASES = {
     "single_token": (1, 8, 5, 1.0, 1.0, 1.0, 4, 2),
     "off_block_temperature": (13, 16, 1000, 0.7, 1.0, 1.0, 4, 64),
     "realistic_large_logits": (9, 64, 3001, 1.0, 60.0, 0.02, 4, 512),
-    "hot_temperature": (6, 32, 777, 2.5, 30.0, 0.02, 8, 100),
-    "qwen_vocab": (3, 8, 151_936, 1.3, 1.0, 1.0, 2, 8192),
+    "qwen_vocab": (3, 8, 151_936, 1.3, 20.0, 0.02, 2, 8192),
 }
 
 

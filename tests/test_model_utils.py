@@ -215,3 +215,50 @@ def test_vision_metadata_matches_hf_helpers():
     assert (seg[P:] == -1).all() and sorted(set(seg[:P].tolist())) == [0, 1, 2, 3]  # one segment per frame
     with pytest.raises(ValueError, match="covers"):
         prepare_vision_inputs(pixels[:-1], grids, cfg)
+
+
+QWEN3_VL_8B_CONFIG = {  # the published Qwen3-VL-8B config.json (legacy rope_scaling layout)
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "tie_word_embeddings": False,
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "text_config": {
+        "attention_bias": False, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+        "intermediate_size": 12288, "max_position_embeddings": 262144, "model_type": "qwen3_vl_text",
+        "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+        "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
+        "rope_theta": 5000000, "vocab_size": 151936, "dtype": "bfloat16",
+    },
+    "vision_config": {
+        "deepstack_visual_indexes": [8, 16, 24], "depth": 27, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 1152,
+        "in_channels": 3, "intermediate_size": 4304, "model_type": "qwen3_vl", "num_heads": 16,
+        "num_position_embeddings": 2304, "out_hidden_size": 4096, "patch_size": 16, "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    },
+}
+
+
+def test_8b_architecture_names_and_shapes_match_transformers():
+    """Every tensor of the real 8B layout (built abstractly on both sides) has the same name and shape."""
+    import jax
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    from spatial_jax.models import Qwen3VL
+    from spatial_jax.models.hf_io import hf_name
+
+    with torch.device("meta"):
+        hf = Qwen3VLForConditionalGeneration(Qwen3VLConfig.from_dict(QWEN3_VL_8B_CONFIG))
+    hf_shapes = {k: tuple(v.shape) for k, v in hf.state_dict().items()}
+    cfg = ModelConfig.from_hf(QWEN3_VL_8B_CONFIG, dtype="bfloat16")
+    assert (cfg.text.rope_theta, cfg.text.mrope_section) == (5_000_000.0, (24, 20, 20))
+    model = nnx.eval_shape(lambda: Qwen3VL(cfg))
+    ours = {}
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        shape = tuple(var.get_value().shape)
+        if path[-1] == "kernel":
+            v = cfg.vision
+            shape = ((v.hidden_size, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size)
+                     if path[:2] == ("visual", "patch_embed") else shape[::-1])
+        elif path == ("lm_head",):
+            shape = shape[::-1]
+        ours[hf_name(path)] = shape
+    assert ours == hf_shapes
+    assert sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))) == 8_767_123_696

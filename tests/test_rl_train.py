@@ -121,7 +121,7 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
         ("spatialthinker", []),
         ("allospatial", ["rl.loss.kind=gspo", "rl.overlong_filter=true"]),
         ("spatialcore", ["rl.loss.kind=gspo_token", "rl.updates_per_batch=2", "rl.micro_batch=2",
-                         "policy.lora.rank=4", "rl.loss.kl_coef=0.01"]),
+                         "policy.lora.rank=4", "rl.loss.kl_coef=0.01", "policy.remat=true"]),
     ],
 )
 def test_each_method_runs_tiny_steps(method, extra, tmp_path):
@@ -134,6 +134,13 @@ def test_each_method_runs_tiny_steps(method, extra, tmp_path):
     if method == "prosr":
         assert all(r["reward/has_blank"] == 1.0 for r in rows)
     assert Checkpointer(tmp_path / "rl").latest_step() == 2
+    if method == "spatialthinker":  # `eval` scores the run's latest checkpoint
+        out = tmp_path / "eval.json"
+        assert main(["eval", f"--output={out}", f"run_dir={tmp_path}", *TINY, f"method={method}", "rl.steps=2",
+                     "eval.max_samples=2", "eval.batch_size=2", "eval.max_new_tokens=12"]) == 0
+        report = json.loads(out.read_text())
+        assert report["checkpoint"] == "rl" and report["summary"]["n"] == 2
+        assert "overall" in report["summary"]["accuracy_by_category"]
 
 
 def _final_params(run_dir: Path, steps: int):
@@ -174,3 +181,16 @@ def test_sigkilled_run_resumes_to_the_same_parameters(tmp_path):
 
     a, b = _final_params(straight, 6), _final_params(killed, 6)
     assert max(jax.tree.leaves(jax.tree.map(lambda x, y: float(np.max(np.abs(x - y))), a, b))) == 0.0
+
+
+def test_cluster_is_joined_only_when_the_environment_asks():
+    from spatial_jax.rl import distributed
+
+    assert not distributed.cluster_requested({})
+    assert not distributed.cluster_requested({"SLURM_NTASKS": "1", "TPU_WORKER_HOSTNAMES": "host0"})
+    assert distributed.cluster_requested({"SLURM_NTASKS": "4"})
+    assert distributed.cluster_requested({"TPU_WORKER_HOSTNAMES": "h0,h1"})
+    assert distributed.cluster_requested({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
+    assert distributed.initialize({}) is False
+    with pytest.raises(RuntimeError, match="JAX_NUM_PROCESSES"):
+        distributed.initialize({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})

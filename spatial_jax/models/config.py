@@ -184,7 +184,7 @@ class ModelConfig:
             mrope_section=(4, 2, 2), max_position_embeddings=32768,
         )
         vision = VisionConfig(
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, patch_size=14, temporal_patch_size=2,
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, patch_size=16, temporal_patch_size=2,
             spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=64, deepstack_visual_indexes=(0,),
         )
         return cls(text=text, vision=vision, lora=lora, tie_word_embeddings=tie_word_embeddings,

@@ -6,7 +6,8 @@ differentiate and optimise only them (`nnx.DiffState(0, LoRAParam)`, `nnx.Optimi
 while the base weights W, b stay frozen `nnx.Param`s.
 
 Adapter dropout is inactive by default (`deterministic=True`); training turns it on with
-`nnx.view(model, deterministic=False, raise_if_not_found=False)`.
+`nnx.view(model, deterministic=False, raise_if_not_found=False)`, a view that shares every Variable with `model`
+(optimiser updates through it are the model's).
 """
 
 from __future__ import annotations

@@ -133,9 +133,9 @@ class Qwen3VL(nnx.Module):
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
         B, T = input_ids.shape
-        if _is_concrete(input_ids) and input_ids.size and (
-            int(input_ids.min()) < 0 or int(input_ids.max()) >= cfg.text.vocab_size
-        ):
+        # Checks on host values only; inside a trace (even of constants) they are skipped.
+        host_ids = np.asarray(input_ids) if _is_concrete(input_ids) else None
+        if host_ids is not None and host_ids.size and (host_ids.min() < 0 or host_ids.max() >= cfg.text.vocab_size):
             raise ValueError(f"input_ids outside the vocabulary [0, {cfg.text.vocab_size})")
         attention_mask = jnp.ones((B, T), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
         if attention_mask.shape != (B, T):
@@ -158,8 +158,8 @@ class Qwen3VL(nnx.Module):
         deepstack: tuple[jax.Array, ...] = ()
         if vision is not None:
             img_mask = input_ids == cfg.image_token_id
-            if _is_concrete(input_ids, vision.segment_ids):
-                n_tok = int(img_mask.sum())
+            if host_ids is not None and _is_concrete(vision.segment_ids):
+                n_tok = int((host_ids == cfg.image_token_id).sum())
                 n_feat = int((np.asarray(vision.segment_ids) >= 0).sum()) // cfg.vision.spatial_merge_size**2
                 if n_tok != n_feat:
                     raise ValueError(f"image tokens ({n_tok}) and image features ({n_feat}) do not match")
@@ -172,7 +172,9 @@ class Qwen3VL(nnx.Module):
         cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
         mask, key_mask = attention_mask_for(attention_mask, cache, cache_index)
 
-        run_layer = _remat_layer if cfg.remat else _run_layer
+        # Recomputation only pays in a backward pass; with a KV cache (sampling) the plain layer also runs inside
+        # the sampler's while_loop, where the lifted remat cannot reach the loop's state.
+        run_layer = _remat_layer if cfg.remat and cache is None else _run_layer
         new_keys, new_values = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.keys[i], cache.values[i])

@@ -29,6 +29,8 @@ class PolicyConfig:
     """checkpoint: a Hugging Face Qwen3-VL directory (config.json + safetensors); "" builds the tiny random policy.
 
     train_vision: whether the vision tower's weights (or its adapters) train; lora.rank 0 trains full weights.
+    remat: recompute each decoder layer in the backward pass (long sequences); attention_chunk: queries per
+      attention block, which bounds the score matrix held in memory.
     min_pixels / max_pixels: the image processor's pixel budget (0 = Qwen3-VL's defaults; the tiny default keeps the
       synthetic 96 px scenes at 84 px, 9 image tokens).
     """
@@ -39,6 +41,8 @@ class PolicyConfig:
     lora: LoRAConfig = LoRAConfig()
     train_vision: bool = False
     init_seed: int = 0
+    remat: bool = False
+    attention_chunk: int = 1024
     min_pixels: int = 3136
     max_pixels: int = 12544
     tokenizer_vocab_size: int = 768

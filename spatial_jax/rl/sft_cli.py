@@ -9,10 +9,12 @@ from spatial_jax.rl.train_cli import add_arguments, load_config  # noqa: F401 (t
 
 def run(args) -> int:
     from spatial_jax.config import ConfigError
+    from spatial_jax.rl import distributed
     from spatial_jax.rl.train import train
 
     cfg = load_config(args)
     if cfg.sft.steps < 1:
         raise ConfigError("sft.steps must be >= 1 for `spatial-jax sft`")
+    distributed.initialize()
     train(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, steps=0)))
     return 0

@@ -101,16 +101,19 @@ def reference_logprobs(graphdef, trainable, frozen, seq: SeqBatch, temperature: 
 
 
 def _merged(graphdef, trainable, frozen, rng):
-    """The model for a training forward; `rng` (None: no adapter dropout) seeds dropout for this step alone, so
-    the sampler and the KL reference stay deterministic and a resumed run draws the same masks."""
-    if rng is None:
-        return nnx.merge(graphdef, trainable, frozen)
+    """The model for a training forward. The frozen variables are re-created in this trace, since lifted transforms
+    (remat) and dropout write to them; `rng` (None: no adapter dropout) keys dropout for this step alone, so the
+    sampler and the KL reference stay deterministic and a resumed run draws the same masks."""
     keys = iter(range(1 << 30))
-    frozen = jax.tree.map(  # a fresh key per RNG stream, set functionally: no mutation across trace levels
-        lambda v: v.replace(jax.random.fold_in(rng, next(keys))) if isinstance(v, nnx.RngKey) else v,
-        frozen, is_leaf=lambda x: isinstance(x, nnx.Variable),
-    )
-    return nnx.view(nnx.merge(graphdef, trainable, frozen), deterministic=False, raise_if_not_found=False)
+
+    def fresh(v):
+        if rng is not None and isinstance(v, nnx.RngKey):
+            return v.replace(jax.random.fold_in(rng, next(keys)))
+        return v.replace(v.get_value())
+
+    frozen = jax.tree.map(fresh, frozen, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    model = nnx.merge(graphdef, trainable, frozen)
+    return model if rng is None else nnx.view(model, deterministic=False, raise_if_not_found=False)
 
 
 def rl_loss(trainable, graphdef, frozen, data: RLData, cfg: LossConfig, temperature: float, rng):

@@ -18,7 +18,10 @@ def load_config(args):
 
 
 def run(args) -> int:
+    from spatial_jax.rl import distributed
     from spatial_jax.rl.train import train
 
-    train(load_config(args))
+    cfg = load_config(args)  # config errors surface before the cluster is joined
+    distributed.initialize()
+    train(cfg)
     return 0

@@ -37,7 +37,9 @@ class SamplingConfig:
         if any(t < 0 for t in self.stop_token_ids):
             raise ValueError(f"SamplingConfig.stop_token_ids must be non-negative ids, got {self.stop_token_ids}")
         if any(t < 0 for t in self.suppress_token_ids):
-            raise ValueError(f"SamplingConfig.suppress_token_ids must be non-negative ids, got {self.suppress_token_ids}")
+            raise ValueError(
+                f"SamplingConfig.suppress_token_ids must be non-negative ids, got {self.suppress_token_ids}"
+            )
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         object.__setattr__(self, "suppress_token_ids", tuple(int(t) for t in self.suppress_token_ids))
 

@@ -117,6 +117,8 @@ def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=
     mask = np.ones(tokens.shape, np.int32) if token_mask is None else np.asarray(token_mask, np.int32)
     if mask.shape != tokens.shape:
         raise ValueError(f"token_mask shape {mask.shape} != tokens shape {tokens.shape}")
+    if tokens.shape[1] == 0:
+        return state
     used = int(state.cache_index)
     if used + tokens.shape[1] > state.max_len:
         raise ValueError(

@@ -1,0 +1,40 @@
+"""Multi-host start-up: join the JAX cluster when the environment names a coordinator.
+
+Must run before anything touches a device. Explicit variables win (JAX_COORDINATOR_ADDRESS with JAX_NUM_PROCESSES
+and JAX_PROCESS_ID); otherwise a multi-task SLURM job or a multi-host TPU slice is joined by jax's own cluster
+detection. A single-process run is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+
+
+def cluster_requested(env: dict[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        return True
+    if int(env.get("SLURM_NTASKS", "1") or 1) > 1:
+        return True
+    return "," in env.get("TPU_WORKER_HOSTNAMES", "")
+
+
+def initialize(env: dict[str, str] | None = None) -> bool:
+    """Joins the cluster if one is requested; returns whether it did."""
+    env = os.environ if env is None else env
+    if not cluster_requested(env):
+        return False
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        missing = [k for k in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID") if not env.get(k)]
+        if missing:
+            raise RuntimeError(f"JAX_COORDINATOR_ADDRESS is set but {missing} are not")
+        jax.distributed.initialize(
+            coordinator_address=env["JAX_COORDINATOR_ADDRESS"],
+            num_processes=int(env["JAX_NUM_PROCESSES"]),
+            process_id=int(env["JAX_PROCESS_ID"]),
+        )
+    else:
+        jax.distributed.initialize()
+    return True
