@@ -255,8 +255,9 @@ def test_mra_parity_1000_random():
     pred = [t * rng.choice([0.0, 1.0, rng.uniform(0.3, 1.7)]) + rng.choice([0.0, 0.0, rng.gauss(0, 1)]) for t in target]
     pred[:3] = [math.nan, math.inf, 0.0]
     main = [al.mra(p, t, CFG.mra_thresholds) for p, t in zip(pred, target)]
-    ref = allospatial_torch.mra(torch.tensor(pred), torch.tensor(target), CFG.mra_thresholds)
-    assert torch.allclose(torch.tensor(main, dtype=torch.float64), ref, rtol=0, atol=1e-6)  # tolerance 1e-6
+    f64 = dict(dtype=torch.float64)  # float64 inputs, so both sides score the very same numbers
+    ref = allospatial_torch.mra(torch.tensor(pred, **f64), torch.tensor(target, **f64), CFG.mra_thresholds)
+    assert torch.allclose(torch.tensor(main, **f64), ref, rtol=0, atol=1e-12)  # tolerance 1e-12
 
 
 def test_score_batch_parity_1000_random():
@@ -294,3 +295,28 @@ def test_never_raises_and_stays_in_bounds(text, gold, tokens):
     assert -0.25 - 1e-12 <= out["reward"] <= 0.82 + 1e-12
     assert 0 <= out["structure"] <= 1 and 0 <= out["accuracy"] <= 1
     assert -1 <= out["tool"] <= 0.7 + 1e-12 and -1 <= out["length"] <= 0
+
+
+@pytest.mark.parametrize(
+    "pred,target,expected",
+    [(1.1, 1.0, 0.9), (11, 10, 0.9), (2.2, 2, 0.9), (0.9, 1.0, 0.9), (1.05, 1.0, 1.0), (1.45, 1.0, 0.2),
+     (0.55, 1.0, 0.2), (1.5, 1.0, 0.1), (1.3, 1.0, 0.5), (1.100001, 1.0, 0.8)],
+)
+def test_mra_decimal_ties_pass_their_threshold(pred, target, expected):
+    # |1.1 - 1.0| / 1.0 is 0.1 in decimals but 0.10000000000000009 in floats, and 1 - 0.9 is 0.09999999999999998:
+    # a tie with a threshold counts as within it (SPEC 5 uses <=), in the main code and the torch reference alike.
+    assert al.mra(pred, target, CFG.mra_thresholds) == pytest.approx(expected, abs=1e-12)
+    f64 = dict(dtype=torch.float64)
+    ref = allospatial_torch.mra(torch.tensor([pred], **f64), torch.tensor([target], **f64), CFG.mra_thresholds)
+    assert float(ref[0]) == pytest.approx(expected, abs=1e-12)
+
+
+def test_option_text_is_read_before_a_leading_article():
+    """"A man on the left" is option B's text, not the letter A (gold and prediction alike); bare letters win."""
+    opts = ("A. the sedan", "B. a man on the left")
+    assert ph.read_gold("a man on the left", opts) == "B" and ph.read_letter("A man on the left", opts) == "B"
+    assert ph.read_letter("(A)", opts) == "A" and ph.read_letter("B.", opts) == "B" and ph.read_letter("b", opts) == "B"
+    assert ph.read_letter("A. B", ("A. B", "B. C")) == "A" and ph.read_letter("B", ("A. B", "B. C")) == "B"
+    assert ph.read_letter("A tall man", opts) == "A"  # no option reads so: the leading letter rule
+    r = rollout(harness(answer="<Answer>B</Answer>"), answer="a man on the left", options=opts)
+    assert al.score(r)["accuracy"] == 1.0 and allospatial_torch.score_batch([r])[0]["accuracy"] == 1.0

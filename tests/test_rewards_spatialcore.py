@@ -193,3 +193,24 @@ def test_group_advantages_eq2():
     assert out[0] == pytest.approx(-0.5 / (0.5 + 1e-4), rel=1e-12) and out[1] == pytest.approx(-out[0], rel=1e-12)
     with pytest.raises(ValueError):
         group_advantages(np.zeros((1, 2)), 1e-4, "bogus")
+
+
+def test_overlong_and_non_ascii_coordinates_are_invalid_boxes():
+    """A 5000-digit coordinate (beyond int()'s 4300-digit limit) and Unicode digits are no JSON integers in
+    [0, 1000]: the box is invalid (ignored by the spatial reward), never a crash; main and torch agree."""
+    from spatial_jax.reference import spatialcore_torch
+
+    huge = box_line(["9" * 5000, 0, 10, 10], "car")
+    arabic = box_line(["\u0661\u0662", 0, 300, 300], "car")
+    good = box_line(["0" * 5000 + "1", 0, 100, 100], "car")  # leading zeros: still the integer 1
+    gt = [([0, 0, 100, 100], "car", 1.0)]
+    ro = make("\n".join([huge, arabic, good]) + "\n</think>\nB", gt=gt)
+    assert [b.valid for b in parse_think(ro.completion).boxes] == [False, False, True]
+    main, ref = score(ro), spatialcore_torch.score_batch([ro], CFG)[0]
+    assert main["n_pred"] == 1.0 and main["n_invalid"] == 2.0 and main["over_penalty"] == 0.0
+    assert main == pytest.approx(ref, abs=1e-12)
+
+
+def test_numpy_integer_gold_is_an_option_index():
+    assert resolve_gold(np.int64(1), OPTIONS) == "B" and resolve_gold(np.int32(5), OPTIONS) is None
+    assert score(make("x\n</think>\nB", answer=np.int64(1)))["r_ans"] == 1.0

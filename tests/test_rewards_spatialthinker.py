@@ -14,7 +14,7 @@ from spatial_jax.config import ConfigError, apply_overrides
 from spatial_jax.reference import spatialthinker_torch as ref_torch
 from spatial_jax.rewards import parse_scene as ps
 from spatial_jax.rewards import spatialthinker as stk
-from spatial_jax.rewards.records import GTBox, Rollout
+from spatial_jax.rewards.records import GTBox, RecordError, Rollout
 
 CFG = stk.SpatialThinkerConfig()
 REF_SCENE = {
@@ -311,3 +311,18 @@ def test_never_raises_and_stays_in_bounds(text, question):
     assert all(math.isfinite(v) for v in out.values())
     assert 0.0 <= out["reward"] <= 1.0 + 1e-12 and out["format"] in (0.0, 1.0)
     assert 0.0 <= out["count"] <= 1.0 and -0.25 < out["spatial"] <= 1.0
+
+
+def test_unusable_image_size_falls_back_and_is_rejected_in_records():
+    """A size below one pixel (0 once kept as whole pixels) must not divide the boxes by zero."""
+    pred = {"objects": [{"id": "car.1", "bbox": [100, 200, 300, 300]}], "relationships": []}
+    ref = {"objects": [{"id": "car.1", "bbox": [100, 200, 300, 320]}, {"id": 7, "bbox": [1, 1, 2, 2]}],
+           "relationships": []}
+    r = rollout(completion(pred), scene=ref, image_size=(0, 0))
+    main, torch_ref = stk.score(r), ref_torch.score_batch([r], CFG)[0]
+    assert main["spatial"] == pytest.approx(stk.score(rollout(completion(pred), scene=ref))["spatial"], abs=1e-12)
+    for key, value in main.items():
+        assert math.isfinite(value) and torch_ref[key] == pytest.approx(value, abs=1e-9), key
+    row = {"id": "r", "completion": completion(pred), "answer": "(B) behind", "scene": ref}
+    with pytest.raises(RecordError, match="image_size"):
+        Rollout.from_json({**row, "image_size": [0.5, 480]})

@@ -119,7 +119,7 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     [
         ("prosr", []),
         ("spatialthinker", []),
-        ("allospatial", ["rl.loss.kind=gspo", "rl.overlong_filter=true"]),
+        ("allospatial", ["rl.loss.kind=gspo", "rl.overlong_filter=true", "rl.max_tool_turns=2", "rl.max_tool_tokens=64"]),
         ("spatialcore", ["rl.loss.kind=gspo_token", "rl.updates_per_batch=2", "rl.micro_batch=2",
                          "policy.lora.rank=4", "rl.loss.kl_coef=0.01", "policy.remat=true"]),
     ],

@@ -107,3 +107,15 @@ def test_registry_resolves_every_method():
         assert type(cfg) is method.config_cls
         assert callable(method.score_batch) and callable(method.reference_score_batch), name
         assert method.score_batch([], cfg) == [] and list(method.reference_score_batch([], cfg)) == []
+
+
+def test_records_reject_negative_offsets_and_absurd_entropies():
+    from spatial_jax.rewards.records import RecordError, Rollout
+
+    base = {"id": "r", "completion": "ab</think>B", "token_entropies": [0.1, 0.2], "token_offsets": [[0, 1], [1, 2]]}
+    assert Rollout.from_json(base).trace.offsets == ((0, 1), (1, 2))
+    with pytest.raises(RecordError, match=r"token_offsets\[0\]"):
+        Rollout.from_json({**base, "token_offsets": [[-3, 1], [1, 2]]})  # would slice the text from its end
+    with pytest.raises(RecordError, match=r"token_entropies\[1\]"):
+        Rollout.from_json({**base, "token_entropies": [0.1, 1e308]})  # would overflow ProSR's segment sums
+    assert Rollout.from_json({**base, "token_entropies": [None, -1e-7]}).trace.entropies[1] == -1e-7

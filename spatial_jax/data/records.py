@@ -9,7 +9,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from spatial_jax.rewards.records import GTBox, Rollout, TokenTrace
+from spatial_jax.rewards.records import GTBox, RecordError, Rollout, TokenTrace, parse_gt_boxes, parse_image_size
 
 ImageRef = Union[str, np.ndarray]
 
@@ -185,8 +185,8 @@ class Sample:
             answer=answer,
             answer_type=answer_type,
             category=category,
-            image_size=_image_size(obj.get("image_size")),
-            gt_boxes=_gt_boxes(obj.get("gt_boxes", [])),
+            image_size=_from_record(parse_image_size, obj.get("image_size")),
+            gt_boxes=_from_record(parse_gt_boxes, obj.get("gt_boxes", []), require_label=True),
             scene=scene,
             reference=reference,
             meta=meta,
@@ -235,41 +235,9 @@ def _answer(raw: Any, answer_type: str, options: list[str]) -> str | float:
     return letter
 
 
-def _number(x: Any, field: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        raise DatasetError(f"field '{field}' must be a finite number, got {x!r}")
-    return float(x)
-
-
-def _gt_boxes(raw: Any) -> tuple[GTBox, ...]:
-    if not isinstance(raw, list):
-        raise DatasetError("field 'gt_boxes' must be a list")
-    out = []
-    for i, b in enumerate(raw):
-        where = f"gt_boxes[{i}]"
-        if not isinstance(b, dict):
-            raise DatasetError(f"field '{where}' must be an object")
-        bbox = b.get("bbox_2d", b.get("bbox"))
-        if not isinstance(bbox, list) or len(bbox) != 4:
-            raise DatasetError(f"field '{where}.bbox_2d' must be a list of 4 numbers, got {bbox!r}")
-        coords = tuple(_number(c, f"{where}.bbox_2d") for c in bbox)
-        label = b.get("label")
-        if not isinstance(label, str) or not label.strip():
-            raise DatasetError(f"field '{where}.label' must be a non-empty string, got {label!r}")
-        v = _number(b.get("validity", 1.0), f"{where}.validity")
-        if not 0.0 <= v <= 1.0:
-            raise DatasetError(f"field '{where}.validity' must lie in [0, 1], got {v}")
-        out.append(GTBox(bbox=coords, label=label, validity=v))  # type: ignore[arg-type]
-    return tuple(out)
-
-
-def _image_size(raw: Any) -> tuple[int, int] | None:
-    if raw is None:
-        return None
-    if (
-        not isinstance(raw, list)
-        or len(raw) != 2
-        or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in raw)
-    ):
-        raise DatasetError(f"field 'image_size' must be [width, height] positive integers, got {raw!r}")
-    return (raw[0], raw[1])
+def _from_record(parse, raw: Any, **kwargs):
+    """The rewards' field parsers, with their errors re-raised as DatasetError (the reader adds path:line)."""
+    try:
+        return parse(raw, **kwargs)
+    except RecordError as e:
+        raise DatasetError(str(e)) from None

@@ -17,6 +17,7 @@ from spatial_jax.rewards.records import Rollout
 F64 = torch.float64
 _WORDS_DIGITS_PUNCT = re.compile(r"\d|[^\W\d]+|[^\w\s]")
 _GATE_SLACK = 1e-9
+_MRA_SLACK = 1e-9  # decimal ties with a threshold (|1.1 - 1| / 1 vs 1 - 0.9) pass
 
 
 def mra(pred: torch.Tensor, target: torch.Tensor, thresholds: Sequence[float]) -> torch.Tensor:
@@ -26,7 +27,7 @@ def mra(pred: torch.Tensor, target: torch.Tensor, thresholds: Sequence[float]) -
     rel_nonzero = (pred - target).abs() / torch.where(zero, 1.0, target.abs())
     rel = torch.where(zero, torch.where(pred == 0, 0.0, torch.inf), rel_nonzero)
     rel = torch.where(torch.isfinite(pred) & torch.isfinite(target), rel, torch.inf)
-    tol = 1.0 - torch.tensor(thresholds, dtype=F64)
+    tol = 1.0 - torch.tensor(thresholds, dtype=F64) + _MRA_SLACK
     return (rel[:, None] <= tol[None, :]).to(F64).mean(dim=1)
 
 

@@ -44,9 +44,9 @@ def _row_ratios(new: torch.Tensor, old: torch.Tensor, kind: str, clamp: float, c
         s = torch.exp(torch.clamp(seq, max=cap))
         return s.expand(new.shape[0])
     if kind == "gspo_token":
-        # Value s_i, gradient d/dlogp_t of exp(logp_t - const) (GSPO paper, token variant).
-        detached = seq.detach() + new - new.detach()
-        return torch.exp(torch.clamp(detached, max=cap))
+        # Value s_i (capped), gradient d/dlogp_t of sg(s_i) exp(logp_t - sg(logp_t)) (GSPO paper, token variant).
+        s = torch.exp(torch.clamp(seq, max=cap)).detach()
+        return s * torch.exp(new - new.detach())
     raise ValueError(kind)
 
 

@@ -99,7 +99,8 @@ def _reference(r: Rollout) -> tuple[list, list[str], int]:
             if not (isinstance(box, list) and len(box) == 4 and all(
                     isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in box)):
                 raise ValueError(f"reference scene.objects[{i}].bbox must be 4 finite numbers, got {box!r}")
-        return ([o["bbox"] for o in objs], [parse_scene.id_label(o.get("id", "")) for o in objs],
+        ids = [o.get("id") for o in objs]
+        return ([o["bbox"] for o in objs], [parse_scene.id_label(i) if isinstance(i, str) else "" for i in ids],
                 len(r.scene.get("relationships", [])))
     return [b.bbox for b in r.gt_boxes], [" ".join(b.label.lower().split()) for b in r.gt_boxes], 0
 
@@ -123,7 +124,8 @@ def score_batch(
     spatial = torch.zeros(len(rollouts), dtype=F64)
     for i, (p, r, ref) in enumerate(zip(parsed, rollouts, refs)):
         if p.format_ok and (acc[i] == 1 or not cfg.spatial_requires_correct):
-            size = r.image_size if r.image_size is not None else parse_scene.parse_image_size(r.question)
+            usable = r.image_size is not None and all(0 < float(c) < math.inf for c in r.image_size)
+            size = r.image_size if usable else parse_scene.parse_image_size(r.question)
             spatial[i] = spatial_term(_normalised([o.bbox for o in p.objects], size), [o.label for o in p.objects],
                                       _normalised(ref[0], size), ref[1], cfg)
     # Lexicographic gate: F = 0 zeroes C, A and S.

@@ -32,6 +32,8 @@ from spatial_jax.rewards.records import Rollout
 _TOKEN_ESTIMATE = re.compile(r"\d|[^\W\d]+|[^\w\s]")
 # Penalty sums such as 1 - 0.15 must pass a 0.85 gate despite float rounding.
 GATE_SLACK = 1e-9
+# A relative error that equals 1 - theta in decimals (1.1 vs 1.0 at theta = 0.9) must pass despite float rounding.
+MRA_SLACK = 1e-9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +82,16 @@ class AlloSpatialConfig:
 
 
 def mra(prediction: float, target: float, thresholds: Sequence[float]) -> float:
-    """Mean relative accuracy: mean over theta of 1[|y_hat - y| / |y| <= 1 - theta] (SPEC 5); 0 if not finite."""
+    """Mean relative accuracy: mean over theta of 1[|y_hat - y| / |y| <= 1 - theta] (SPEC 5); 0 if not finite.
+
+    The comparison allows MRA_SLACK, so a relative error on a threshold in decimal terms counts as within it."""
     if not (math.isfinite(prediction) and math.isfinite(target)):
         return 0.0
     if target == 0.0:
         rel = 0.0 if prediction == 0.0 else math.inf
     else:
         rel = abs(prediction - target) / abs(target)
-    return sum(rel <= 1.0 - t for t in thresholds) / len(thresholds)
+    return sum(rel <= 1.0 - t + MRA_SLACK for t in thresholds) / len(thresholds)
 
 
 def structure_score(h: parse_harness.ParsedHarness, cfg: AlloSpatialConfig) -> float:

@@ -196,11 +196,14 @@ def read_number(text: str | None) -> float | None:
 
 
 def read_letter(text: str | None, options: tuple[str, ...] = ()) -> str | None:
-    """An upper-case option letter: a leading letter ("B", "(B)", "b. yes") or the full text of an option."""
+    """An upper-case option letter: a bare letter ("B", "(B)", "B."), else the full text of an option, else a
+    leading letter ("b. yes"). The option text comes before the leading letter, so "A man on the left" names the
+    option that reads so rather than option A."""
     if text is None:
         return None
-    m = _LETTER.match(text.strip())
-    if m:
+    stripped = text.strip()
+    m = _LETTER.match(stripped)
+    if m and not stripped[m.end():].strip():
         return m.group(1).upper()
     norm = " ".join(text.lower().split())
     for i, opt in enumerate(options[:26]):
@@ -208,7 +211,7 @@ def read_letter(text: str | None, options: tuple[str, ...] = ()) -> str | None:
         om = _LETTER.match(o)
         if norm == o or (om is not None and norm == o[om.end():].strip()):
             return om.group(1).upper() if om is not None else chr(ord("A") + i)
-    return None
+    return m.group(1).upper() if m else None
 
 
 def read_gold(answer: Any, options: tuple[str, ...] = ()) -> float | str | None:

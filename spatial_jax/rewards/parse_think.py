@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import re
 from typing import Any, Sequence
 
@@ -21,7 +22,10 @@ _BOX = re.compile(
     r'\{\s*"bbox_2d"\s*:\s*' + _COORDS.format(n=1) + r'\s*,\s*"label"\s*:\s*' + _LABEL.format(n=1) + r"\s*\}"
     r'|\{\s*"label"\s*:\s*' + _LABEL.format(n=2) + r'\s*,\s*"bbox_2d"\s*:\s*' + _COORDS.format(n=2) + r"\s*\}"
 )
-_INT = re.compile(r"\s*(\d+)\s*")
+# JSON integers: ASCII digits only (a Unicode digit is no digit token of D, SPEC 1.1).
+_INT = re.compile(r"\s*([0-9]+)\s*")
+# Longer digit runs cannot be a coordinate in [0, coord_max]; int() would refuse those beyond 4300 digits anyway.
+_MAX_INT_DIGITS = 18
 _STANDALONE_CAPITAL = re.compile(r"(?<![A-Za-z0-9])[A-Z](?![A-Za-z0-9])")
 # "(B) ..." or "B." / "B)" / "B:" then space or end; a bare "A man ..." is an article, not a letter.
 _GOLD_LETTER = re.compile(r"\(([A-Z])\)|([A-Z])[.):](?=\s|$)")
@@ -80,10 +84,11 @@ def _parse_box(m: re.Match, coord_max: int) -> ParsedBox:
     ok = True
     for part in coords_text.split(","):
         im = _INT.fullmatch(part)
-        if im is None:
+        digits = im.group(1).lstrip("0") if im is not None else ""
+        if im is None or len(digits) > _MAX_INT_DIGITS:
             ok = False
         else:
-            values.append(int(im.group(1)))
+            values.append(int(digits or "0"))
             spans.append((base + pos + im.start(1), base + pos + im.end(1)))
         pos += len(part) + 1
     ok = ok and len(values) == 4
@@ -140,9 +145,10 @@ def resolve_gold(answer: Any, options: Sequence[str] = ()) -> str | None:
     text resolves to its letter; anything else -> None."""
     if isinstance(answer, bool) or answer is None:
         return None
-    if isinstance(answer, int):
+    if isinstance(answer, numbers.Integral):  # numpy integers too
+        index = int(answer)
         n = len(options) if options else 26
-        return chr(ord("A") + answer) if 0 <= answer < min(n, 26) else None
+        return chr(ord("A") + index) if 0 <= index < min(n, 26) else None
     if not isinstance(answer, str):
         return None
     s = answer.strip()

@@ -10,6 +10,10 @@ import math
 from typing import Any
 
 
+# Entropies are nats over a vocabulary: ln(V) < 30 for any real V; beyond this bound a value is a unit or data error.
+ENTROPY_LIMIT = 1e6
+
+
 class RecordError(ValueError):
     """A rollout record that cannot be scored; the message names the field."""
 
@@ -75,11 +79,11 @@ class Rollout:
             question=question,
             options=tuple(options),
             answer=obj.get("answer"),
-            gt_boxes=_gt_boxes(obj.get("gt_boxes")),
+            gt_boxes=parse_gt_boxes(obj.get("gt_boxes")),
             trace=_trace(obj.get("token_entropies"), obj.get("token_offsets"), "token_"),
             blank=_blank(obj.get("blank")),
             scene=_scene(obj.get("scene")),
-            image_size=_image_size(obj.get("image_size")),
+            image_size=parse_image_size(obj.get("image_size")),
             num_generated_tokens=_opt_int(obj.get("num_generated_tokens"), "num_generated_tokens"),
             group=None if group is None else str(group),
         )
@@ -99,7 +103,8 @@ def _opt_int(x: Any, field: str) -> int | None:
     return x
 
 
-def _gt_boxes(raw: Any) -> tuple[GTBox, ...]:
+def parse_gt_boxes(raw: Any, require_label: bool = False) -> tuple[GTBox, ...]:
+    """`[{bbox_2d (or bbox), label, validity}]` -> GTBoxes; RecordError names the bad item."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -116,8 +121,8 @@ def _gt_boxes(raw: Any) -> tuple[GTBox, ...]:
         if not all(math.isfinite(c) for c in coords):
             raise RecordError(f"field '{where}.bbox_2d' must be finite")
         label = b.get("label", "")
-        if not isinstance(label, str):
-            raise RecordError(f"field '{where}.label' must be a string")
+        if not isinstance(label, str) or (require_label and not label.strip()):
+            raise RecordError(f"field '{where}.label' must be a {'non-empty ' if require_label else ''}string")
         v = _number(b.get("validity", 1.0), f"{where}.validity")
         if not (0.0 <= v <= 1.0):
             raise RecordError(f"field '{where}.validity' must lie in [0, 1], got {v}")
@@ -135,21 +140,27 @@ def _trace(ent: Any, off: Any, prefix: str) -> TokenTrace:
             f"'{prefix}entropies' has {len(ent)} items but '{prefix}offsets' has {len(off)}"
         )
     entropies = []
-    for e in ent:
+    for i, e in enumerate(ent):
         # A missing or non-finite entropy is kept as NaN: the scorer treats it as "no information".
         if e is None:
             entropies.append(float("nan"))
-        else:
-            entropies.append(_number(e, f"{prefix}entropies"))
+            continue
+        value = _number(e, f"{prefix}entropies")
+        if math.isfinite(value) and abs(value) > ENTROPY_LIMIT:
+            # No vocabulary comes near; such values would only overflow the trajectory sums of ProSR.
+            raise RecordError(f"field '{prefix}entropies[{i}]' = {value} is no entropy in nats "
+                              f"(|value| > {ENTROPY_LIMIT:g})")
+        entropies.append(value)
     offsets = []
     for i, o in enumerate(off):
         if (
             not isinstance(o, (list, tuple))
             or len(o) != 2
             or not all(isinstance(c, int) and not isinstance(c, bool) for c in o)
-            or o[0] > o[1]
+            or not 0 <= o[0] <= o[1]
         ):
-            raise RecordError(f"field '{prefix}offsets[{i}]' must be [start, end) integers, got {o!r}")
+            raise RecordError(f"field '{prefix}offsets[{i}]' must be [start, end) integers, 0 <= start <= end, "
+                              f"got {o!r}")
         offsets.append((int(o[0]), int(o[1])))
     return TokenTrace(entropies=tuple(entropies), offsets=tuple(offsets))
 
@@ -173,13 +184,14 @@ def _scene(raw: Any) -> dict | None:
     return raw
 
 
-def _image_size(raw: Any) -> tuple[int, int] | None:
+def parse_image_size(raw: Any) -> tuple[int, int] | None:
     if raw is None:
         return None
     if (
         not isinstance(raw, (list, tuple))
         or len(raw) != 2
-        or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in raw)
+        or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and 1 <= c < math.inf for c in raw)
     ):
-        raise RecordError(f"field 'image_size' must be [width, height] positive numbers, got {raw!r}")
+        # Kept as whole pixels, so a size below 1 would become 0 and divide the boxes by zero.
+        raise RecordError(f"field 'image_size' must be [width, height] finite numbers >= 1, got {raw!r}")
     return (int(raw[0]), int(raw[1]))

@@ -7,9 +7,9 @@ Choices the paper leaves open, settled here:
 - The reference is `rollout.scene` ({"objects": [{"id", "bbox"}], "relationships": [...]}, pixel boxes, labels
   from the ids) when given, else `rollout.gt_boxes` (no relations). Predicted labels come from the ids too
   ("traffic_light.2" -> "traffic light").
-- Boxes are divided by the image size (`rollout.image_size`, else "Image size: (W x H)" in `rollout.question`,
-  else left in pixels) and the normalised coordinates clipped to [-COORD_LIMIT, COORD_LIMIT], so absurd
-  coordinates give a finite CIoU instead of an overflow.
+- Boxes are divided by the image size (`rollout.image_size` when positive and finite, else "Image size: (W x H)"
+  in `rollout.question`, else left in pixels) and the normalised coordinates clipped to
+  [-COORD_LIMIT, COORD_LIMIT], so absurd coordinates give a finite CIoU instead of an overflow.
 """
 
 from __future__ import annotations
@@ -94,8 +94,11 @@ def reference(rollout: Rollout) -> Reference:
 
 
 def image_size(rollout: Rollout) -> tuple[float, float] | None:
+    """`rollout.image_size` when it is a usable size (finite, positive), else the one stated in the question."""
     if rollout.image_size is not None:
-        return (float(rollout.image_size[0]), float(rollout.image_size[1]))
+        w, h = (float(c) for c in rollout.image_size)
+        if 0 < w < math.inf and 0 < h < math.inf:
+            return (w, h)
     return parse_scene.parse_image_size(rollout.question)
 
 

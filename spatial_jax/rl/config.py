@@ -79,7 +79,14 @@ class SFTConfig:
 class RLConfig:
     """GRPO / GSPO. Each step samples group_size rollouts for each of prompts_per_step prompts, scores them, and
     runs updates_per_batch passes over them in micro-batches of micro_batch rollouts (0 = all at once).
-    Group advantages (eq. 2) take eps and the std kind from the method's reward config where it has them."""
+    Group advantages (eq. 2) take eps and the std kind from the method's reward config where it has them.
+    max_tool_turns > 0 (AlloSpatial) runs multi-turn rollouts: tool output joins the context but carries no loss."""
+
+    def __post_init__(self):
+        if self.max_tool_turns < 0:
+            raise ValueError(f"rl.max_tool_turns must be >= 0, got {self.max_tool_turns}")
+        if self.max_tool_tokens < 64:
+            raise ValueError(f"rl.max_tool_tokens must be >= 64, got {self.max_tool_tokens}")
 
     steps: int = 30
     prompts_per_step: int = 4
@@ -91,6 +98,8 @@ class RLConfig:
     sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_new_tokens=288)
     blank_fill: Literal["mean", "black", "white"] = "mean"
     overlong_filter: bool = False
+    max_tool_turns: int = 0
+    max_tool_tokens: int = 512
     checkpoint_every: int = 10
 
 

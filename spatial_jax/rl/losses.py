@@ -177,10 +177,10 @@ def _log_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array, cfg: LossC
     if cfg.kind == "gspo":
         log_s = jnp.minimum(log_s, cfg.gspo_log_ratio_cap)
         return jnp.broadcast_to(log_s[:, None], logp.shape)
-    # GSPO-token: value of s_i, gradient of each token's own log-prob.
+    # GSPO-token: s_it = sg(s_i) exp(logp - sg(logp)), s_i capped before the stop-gradient so that the cap
+    # bounds the value without cutting each token's own gradient.
     sg = jax.lax.stop_gradient
-    per_token = sg(log_s)[:, None] + logp - sg(logp)
-    return jnp.minimum(per_token, cfg.gspo_log_ratio_cap)
+    return sg(jnp.minimum(log_s, cfg.gspo_log_ratio_cap))[:, None] + logp - sg(logp)
 
 
 def policy_loss(

@@ -114,10 +114,16 @@ class ProgressBar:
 
     def __init__(self, total: int | None, initial: int = 0, keys: Sequence[str] = ("loss", "reward_mean", "lr"),
                  disable: bool | None = None, desc: str = "train", file: Any = None):
+        import sys
+
         from tqdm.auto import tqdm
 
         self.keys = tuple(keys)
-        self._bar = tqdm(total=total, initial=initial, disable=disable, desc=desc, dynamic_ncols=True, file=file)
+        stream = sys.stderr if file is None else file
+        # In a log file (CI, nohup) every redraw is a new line: redraw every 30 s there instead of on every step.
+        self._interactive = bool(getattr(stream, "isatty", lambda: False)())
+        self._bar = tqdm(total=total, initial=initial, disable=disable, desc=desc, dynamic_ncols=True, file=stream,
+                         mininterval=0.1 if self._interactive else 30.0)
 
     @property
     def n(self) -> int:
@@ -133,7 +139,8 @@ class ProgressBar:
                 parts[key] = f"{value:.4g}" if isinstance(value, float) else str(value)
         self._bar.set_postfix(parts, refresh=False)
         self._bar.update(n)
-        self._bar.refresh()
+        if self._interactive:
+            self._bar.refresh()
         return ", ".join(f"{k}={v}" for k, v in parts.items())
 
     def close(self) -> None:

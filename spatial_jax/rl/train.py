@@ -27,6 +27,7 @@ from spatial_jax.rl import step as st
 from spatial_jax.rl.checkpoint import Checkpointer
 from spatial_jax.rl.config import TrainConfig, validate
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar, plot_curves
+from spatial_jax.rl.multiturn import sample_multiturn
 from spatial_jax.rl.optim import lr_schedule, make_optimizer
 from spatial_jax.rl.policy import Policy, build_mesh, build_policy
 
@@ -212,7 +213,11 @@ class Job:
         """G sampled completions per prompt (ProSR: plus one blank-image rollout per prompt), scored."""
         cfg, rc = self.cfg, self.cfg.rl
         model = self.model
-        comps = ro.sample(model, batch, self.tok, sampling, rc.group_size, _seed(cfg, 1, step))
+        if cfg.method == "allospatial" and rc.max_tool_turns > 0:
+            comps = sample_multiturn(model, batch, self.tok, sampling, rc.group_size, _seed(cfg, 1, step),
+                                     max_turns=rc.max_tool_turns, max_tool_tokens=rc.max_tool_tokens)
+        else:
+            comps = ro.sample(model, batch, self.tok, sampling, rc.group_size, _seed(cfg, 1, step))
         blank = None
         if cfg.method == "prosr":  # one blank-image rollout per prompt, paired with its whole group (ProSR eq. 8)
             blank = ro.sample(model, blank_batch(batch, rc.blank_fill, self.policy.image_cfg), self.tok, sampling, 1,
@@ -229,6 +234,7 @@ class Job:
         if rc.overlong_filter:
             stopped = np.any((comps.tokens == self.tok.im_end_id) & (mask > 0), axis=1)
             mask = mask * stopped[:, None].astype(mask.dtype)
+        context = getattr(comps, "context_mask", comps.mask)  # tool output is attended to, never trained on
         micro = len(adv) // n_micro
         starts = np.concatenate([[0], np.cumsum(np.prod(comps.image_grid_thw, axis=-1))])
         datas = []
@@ -236,7 +242,8 @@ class Job:
             rows = slice(m * micro, (m + 1) * micro)
             seq = st.make_seq_batch(
                 self.policy.model.cfg, comps.prompt_ids[rows], comps.prompt_mask[rows], comps.tokens[rows],
-                mask[rows], comps.pixel_values[starts[rows.start] : starts[rows.stop]], comps.image_grid_thw[rows],
+                context[rows], comps.pixel_values[starts[rows.start] : starts[rows.stop]], comps.image_grid_thw[rows],
+                loss_mask=mask[rows],
             )
             seq = st.shard_batch(seq, self.mesh)
             if rc.loss.kl_coef > 0:
@@ -274,6 +281,8 @@ class Job:
         out["adv_abs_max"] = float(np.abs(adv).max())
         out["completion_len"] = float(comps.mask.sum(1).mean())
         out["entropy_mean"] = float((comps.entropies * comps.mask).sum() / max(comps.mask.sum(), 1))
+        if hasattr(comps, "num_tool_calls"):
+            out["tool_calls_mean"] = float(np.mean(comps.num_tool_calls))
         return out
 
     def evaluate(self, stage: str) -> dict[str, Any]:

@@ -1,0 +1,188 @@
+"""Multi-turn tool rollouts (AlloSpatial): the model calls tools mid-trajectory and reads their output.
+
+A host loop over the sampler's state: decode every live row until it stops at `<|im_end|>` or `</tool_call>`; for
+each row that stopped at `</tool_call>`, parse its call from this turn's text, run the tool on the row's sample and
+append the answer as one tool turn (ragged: rows without a call get no tokens); decode again; at most `max_turns`
+tool turns (SPEC 5). A tool turn's tokens, in the Qwen3 chat shape (the tool result as a user turn), are exactly
+
+    <|im_end|> "\\n" <|im_start|> "user\\n<tool_response>\\n" {output} "\\n</tool_response>" <|im_end|> "\\n"
+    <|im_start|> "assistant\\n"
+
+i.e. `encode(TOOL_TURN_PREFIX) + encode(output) + encode(TOOL_TURN_SUFFIX)`, the output's tokens cut so the whole turn
+fits `max_tool_tokens`, and `<`/`>` in the output escaped (`&lt;`/`&gt;`) so it can neither close the response nor
+spell a control token.
+
+A row's completion is its model tokens and tool tokens in order, compacted (the sampler's padding slots dropped):
+the sequence a training forward over (prompt + completion) sees, at the same positions, so the trainer's log-probs at
+model tokens equal the sampler's. `mask` is 1 on model tokens only (tool tokens carry no loss and have log-prob and
+entropy 0); `context_mask` is 1 on every real token and is the attention mask the training forward needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+from spatial_jax.data.pipeline import Batch
+from spatial_jax.data.tokenizer import SpatialTokenizer
+from spatial_jax.rewards.parse_harness import find_tool_call
+from spatial_jax.rl.rollouts import Completions, repeat_batch
+from spatial_jax.rl.tools import Tool, default_tools, run_call
+from spatial_jax.sampling.config import SamplingConfig
+from spatial_jax.sampling.sampler import decode, extend, prefill
+
+TOOL_TURN_PREFIX = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+TOOL_TURN_SUFFIX = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiTurnCompletions(Completions):
+    """`Completions` whose rows interleave model and tool tokens (see the module docstring)."""
+
+    context_mask: np.ndarray  # int32 [R, N]: model and tool tokens (the training forward's attention mask)
+    num_tool_calls: np.ndarray  # int32 [R]: tool turns appended to each row
+
+
+def escape_output(text: str) -> str:
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def tool_turn_ids(tokenizer: SpatialTokenizer, output: str, max_tool_tokens: int) -> list[int]:
+    """The token ids of one tool turn carrying `output` (cut to fit `max_tool_tokens`)."""
+    head, tail = tokenizer.encode(TOOL_TURN_PREFIX), tokenizer.encode(TOOL_TURN_SUFFIX)
+    room = max_tool_tokens - len(head) - len(tail)
+    if room < 1:
+        raise ValueError(
+            f"max_tool_tokens={max_tool_tokens} leaves no room for tool output: the tool turn's wrapper alone "
+            f"takes {len(head) + len(tail)} tokens"
+        )
+    return head + tokenizer.encode(escape_output(output))[:room] + tail
+
+
+def required_cache_len(prompt_len: int, max_new_tokens: int, max_turns: int, max_tool_tokens: int) -> int:
+    """KV slots a rollout can use: the prompt, max_turns + 1 decode rounds and max_turns tool turns."""
+    return prompt_len + (max_turns + 1) * max_new_tokens + max_turns * max_tool_tokens
+
+
+@dataclasses.dataclass
+class _Row:
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    entropies: list[float] = dataclasses.field(default_factory=list)
+    model: list[int] = dataclasses.field(default_factory=list)  # 1 = model token, 0 = tool token
+    turn: list[int] = dataclasses.field(default_factory=list)  # model tokens since the last tool turn
+    calls: int = 0
+
+    def add(self, tokens, logprobs, entropies, model: int) -> None:
+        self.tokens.extend(int(t) for t in tokens)
+        self.logprobs.extend(float(x) for x in logprobs)
+        self.entropies.extend(float(x) for x in entropies)
+        self.model.extend([model] * len(tokens))
+
+
+def sample_multiturn(
+    model,
+    batch: Batch,
+    tokenizer: SpatialTokenizer,
+    sampling_cfg: SamplingConfig,
+    group_size: int,
+    seed: int,
+    tools: Mapping[str, Tool] | None = None,
+    max_turns: int = 5,
+    max_tool_tokens: int = 512,
+    max_len: int | None = None,
+    decode_fn: Callable = decode,
+) -> MultiTurnCompletions:
+    """G multi-turn rollouts per prompt (rollout r answers prompt r // G), as `rollouts.sample` but with tools.
+
+    Each decode round draws at most sampling_cfg.max_new_tokens per row; a row that does not stop within a round is
+    truncated there. `max_len` (default: exactly `required_cache_len`) is the KV cache size; a smaller one is an
+    error up front. The completion width is the longest row rounded up to a multiple of max_new_tokens (capped at
+    the most a rollout can hold), which bounds the number of distinct training shapes. `decode_fn` is the sampler's
+    `decode` (tests pass a scripted stand-in with the same signature).
+    """
+    if max_turns < 0:
+        raise ValueError(f"max_turns must be >= 0, got {max_turns}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    tools = default_tools() if tools is None else tools
+    tool_turn_ids(tokenizer, "", max_tool_tokens)  # the wrapper must fit before anything runs
+    N = sampling_cfg.max_new_tokens
+    stops = tuple(dict.fromkeys((*sampling_cfg.stop_token_ids, tokenizer.im_end_id, tokenizer.tool_call_end_id)))
+    cfg = dataclasses.replace(sampling_cfg, seed=seed, stop_token_ids=stops)
+    ids, mask, pixels, grid = repeat_batch(batch, group_size)
+    need = required_cache_len(ids.shape[1], N, max_turns, max_tool_tokens)
+    if max_len is None:
+        max_len = need
+    elif max_len < need:
+        raise ValueError(
+            f"KV cache too small for multi-turn rollouts: max_len={max_len} < prompt {ids.shape[1]} + "
+            f"{max_turns + 1} decode rounds x {N} tokens + {max_turns} tool turns x {max_tool_tokens} tokens = {need}"
+        )
+    state = prefill(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, max_len=max_len, seed=seed)
+    R = ids.shape[0]
+    rows = [_Row() for _ in range(R)]
+    for turn in range(max_turns + 1):
+        state, out = decode_fn(model, state, cfg)
+        toks, lps, ents = np.asarray(out.tokens), np.asarray(out.logprobs), np.asarray(out.entropies)
+        lengths, done = np.asarray(out.mask).sum(axis=1), np.asarray(state.done)
+        called = []
+        for r, row in enumerate(rows):
+            n = int(lengths[r])
+            row.add(toks[r, :n], lps[r, :n], ents[r, :n], model=1)
+            row.turn.extend(int(t) for t in toks[r, :n])
+            if n and done[r] and toks[r, n - 1] == tokenizer.tool_call_end_id:
+                called.append(r)
+        state = state.replace(done=jnp.ones_like(state.done))  # rows that ran out of tokens this round are truncated
+        if turn == max_turns or not called:
+            break
+        tool_tokens = np.full((R, max_tool_tokens), cfg.pad_token_id, np.int32)
+        tool_mask = np.zeros((R, max_tool_tokens), np.int32)
+        for r in called:
+            row = rows[r]
+            call = find_tool_call(tokenizer.decode(row.turn))
+            answer = tool_turn_ids(tokenizer, run_call(call, tools, batch.records[r // group_size]), max_tool_tokens)
+            tool_tokens[r, : len(answer)] = answer
+            tool_mask[r, : len(answer)] = 1
+            row.add(answer, [0.0] * len(answer), [0.0] * len(answer), model=0)
+            row.turn = []
+            row.calls += 1
+        state = extend(model, state, tool_tokens, tool_mask)
+    return _assemble(rows, ids, mask, pixels, grid, tokenizer, cfg, need - ids.shape[1])
+
+
+def _assemble(rows: list[_Row], ids, mask, pixels, grid, tokenizer: SpatialTokenizer, cfg: SamplingConfig,
+              capacity: int) -> MultiTurnCompletions:
+    longest = max(len(row.tokens) for row in rows)
+    N = cfg.max_new_tokens
+    width = min(capacity, max(N, -(-longest // N) * N))
+    R = len(rows)
+    tokens = np.full((R, width), cfg.pad_token_id, np.int32)
+    logprobs = np.zeros((R, width), np.float32)
+    entropies = np.zeros((R, width), np.float32)
+    loss = np.zeros((R, width), np.int32)
+    context = np.zeros((R, width), np.int32)
+    texts, offsets = [], []
+    for r, row in enumerate(rows):
+        n = len(row.tokens)
+        tokens[r, :n] = row.tokens
+        logprobs[r, :n] = row.logprobs
+        entropies[r, :n] = row.entropies
+        loss[r, :n] = row.model
+        context[r, :n] = 1
+        # The text ends before the first <|im_end|> / <|endoftext|> the model emits, as tokenizer.trim_completion
+        # cuts a single-turn completion; tool turns (whose own <|im_end|> is no stop) stay in, since the rewards
+        # blank <tool_response> spans. Token k of the completion is character span offsets[k] of the text.
+        stops = (tokenizer.im_end_id, tokenizer.pad_id)
+        end = next((k for k in range(n) if row.model[k] and row.tokens[k] in stops), n)
+        text, off = tokenizer.decode_with_offsets(row.tokens[:end])
+        texts.append(text)
+        offsets.append(tuple(off))
+    return MultiTurnCompletions(
+        prompt_ids=ids, prompt_mask=mask, pixel_values=pixels, image_grid_thw=grid, tokens=tokens,
+        logprobs=logprobs, entropies=entropies, mask=loss, texts=tuple(texts), offsets=tuple(offsets),
+        context_mask=context, num_tool_calls=np.asarray([row.calls for row in rows], np.int32),
+    )
