@@ -10,7 +10,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -127,70 +127,55 @@ class Job:
             ck.close()
         return None
 
-    def sft(self) -> None:
-        cfg, sc = self.cfg, self.cfg.sft
-        optim = self.optim_config("sft")
+    def stage(self, name: str, steps: int, batch_size: int, checkpoint_every: int, keys: tuple[str, ...],
+              step_fn: Callable[[int, Batch, Any, Any], tuple[dict[str, Any], Any]]) -> None:
+        """Runs `steps` steps of a stage, resuming from its checkpoints; `step_fn(step, batch, tx, opt_state)` ->
+        (metrics, opt_state) does the work. A finished stage only hands its weights on."""
+        cfg = self.cfg
+        optim = self.optim_config(name)
         tx = make_optimizer(optim)
-        ck = Checkpointer(self.run_dir / "sft", max_to_keep=2, save_interval=sc.checkpoint_every)
-        if ck.latest_step() == sc.steps:  # finished earlier: take its weights, skip the stage
+        schedule = lr_schedule(optim)
+        updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
+        ck = Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every)
+        if ck.latest_step() == steps:
             self._restore(ck, tx.init(self.trainable), None)
             ck.close()
             return
-        it = train_iterator(cfg.data, self.tok, cfg.method, sc.batch_size, mode="sft", image_cfg=self.policy.image_cfg)
+        it = train_iterator(cfg.data, self.tok, cfg.method, batch_size, mode=name, image_cfg=self.policy.image_cfg)
         start, opt_state, resumed = self._restore(ck, tx.init(self.trainable), it)
-        schedule = lr_schedule(optim)
-        writer = MetricsWriter(self.run_dir / "sft", resume_step=start if resumed else None,
-                               tensorboard=cfg.tensorboard)
-        bar = ProgressBar(sc.steps, initial=start, keys=("loss", "lr"), desc="sft", disable=not cfg.progress)
-        model_cfg = self.policy.model.cfg
-        for step in range(start, sc.steps):
-            batch = next(it)
-            t0 = time.perf_counter()
-            seq = st.shard_batch(full_seq_batch(model_cfg, batch), self.mesh)
-            self.trainable, opt_state, loss, metrics = st.sft_update(
-                self.graphdef, self.trainable, self.frozen, opt_state, tx, seq, _dropout_rng(cfg, 0, step)
-            )
-            loss = float(loss)
-            tokens = float(metrics["num_tokens"])
-            row = writer.log(step + 1, {"loss": loss, "lr": float(schedule(step)), "grad_norm": metrics["grad_norm"],
-                                        "tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)})
-            bar.update(row)
+        writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None, tensorboard=cfg.tensorboard)
+        bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not cfg.progress)
+        for step in range(start, steps):
+            metrics, opt_state = step_fn(step, next(it), tx, opt_state)
+            metrics["lr"] = float(schedule(step * updates))
+            bar.update(writer.log(step + 1, metrics))
             ck.save(step + 1, {"params": self.trainable, "opt": opt_state},
-                    {"step": step + 1, "data": it.get_state()}, force=step + 1 == sc.steps)
+                    {"step": step + 1, "data": it.get_state()}, force=step + 1 == steps)
         bar.close()
         writer.close()
         ck.close()
 
+    def sft(self) -> None:
+        sc = self.cfg.sft
+        self.stage("sft", sc.steps, sc.batch_size, sc.checkpoint_every, ("loss", "lr"), self.sft_step)
+
+    def sft_step(self, step: int, batch: Batch, tx, opt_state) -> tuple[dict[str, Any], Any]:
+        t0 = time.perf_counter()
+        seq = st.shard_batch(full_seq_batch(self.policy.model.cfg, batch), self.mesh)
+        self.trainable, opt_state, loss, metrics = st.sft_update(
+            self.graphdef, self.trainable, self.frozen, opt_state, tx, seq, _dropout_rng(self.cfg, 0, step)
+        )
+        loss = float(loss)  # waits for the step, so the throughput below is real
+        return {"loss": loss, "grad_norm": float(metrics["grad_norm"]),
+                "tokens_per_s": float(metrics["num_tokens"]) / max(time.perf_counter() - t0, 1e-9)}, opt_state
+
     def rl(self) -> None:
-        cfg, rc = self.cfg, self.cfg.rl
-        optim = self.optim_config("rl")
-        n_micro = optim.grad_accum_steps
-        tx = make_optimizer(optim)
-        schedule = lr_schedule(optim)
-        ck = Checkpointer(self.run_dir / "rl", max_to_keep=2, save_interval=rc.checkpoint_every)
-        if ck.latest_step() == rc.steps:
-            self._restore(ck, tx.init(self.trainable), None)
-            ck.close()
-            return
-        it = train_iterator(cfg.data, self.tok, cfg.method, rc.prompts_per_step, mode="rl",
-                            image_cfg=self.policy.image_cfg)
-        start, opt_state, resumed = self._restore(ck, tx.init(self.trainable), it)
-        writer = MetricsWriter(self.run_dir / "rl", resume_step=start if resumed else None,
-                               tensorboard=cfg.tensorboard)
-        bar = ProgressBar(rc.steps, initial=start, keys=("reward_mean", "accuracy", "mean_H", "loss"), desc="rl",
-                          disable=not cfg.progress)
+        rc = self.cfg.rl
         sampling = dataclasses.replace(rc.sampling, stop_token_ids=(self.tok.im_end_id,), pad_token_id=self.tok.pad_id)
-        for step in range(start, rc.steps):
-            batch = next(it)
-            metrics, opt_state = self.rl_step(step, batch, sampling, tx, n_micro, opt_state)
-            metrics["lr"] = float(schedule(step * rc.updates_per_batch))
-            row = writer.log(step + 1, metrics)
-            bar.update(row)
-            ck.save(step + 1, {"params": self.trainable, "opt": opt_state},
-                    {"step": step + 1, "data": it.get_state()}, force=step + 1 == rc.steps)
-        bar.close()
-        writer.close()
-        ck.close()
+        n_micro = self.optim_config("rl").grad_accum_steps
+        self.stage("rl", rc.steps, rc.prompts_per_step, rc.checkpoint_every,
+                   ("reward_mean", "accuracy", "mean_H", "loss"),
+                   lambda step, batch, tx, opt_state: self.rl_step(step, batch, sampling, tx, n_micro, opt_state))
 
     def rl_step(self, step: int, batch: Batch, sampling, tx, n_micro: int, opt_state) -> tuple[dict[str, Any], Any]:
         """Rollouts -> rewards -> advantages -> updates_per_batch passes of n_micro micro-batches."""
