@@ -69,7 +69,7 @@ class MeshConfig:
 class SFTConfig:
     """Cold start: completion-only cross-entropy on the dataset's reference completions (0 steps skips it)."""
 
-    steps: int = 400
+    steps: int = 1000
     batch_size: int = 8
     optim: OptimConfig = OptimConfig(lr=2e-3, min_lr=2e-4, warmup_ratio=0.05)
     checkpoint_every: int = 50
@@ -88,13 +88,13 @@ class RLConfig:
         if self.max_tool_tokens < 64:
             raise ValueError(f"rl.max_tool_tokens must be >= 64, got {self.max_tool_tokens}")
 
-    steps: int = 30
+    steps: int = 60
     prompts_per_step: int = 4
-    group_size: int = 4
+    group_size: int = 8
     updates_per_batch: int = 1
     micro_batch: int = 0
     loss: LossConfig = LossConfig(kl_coef=0.0)
-    optim: OptimConfig = OptimConfig(lr=2e-4, min_lr=2e-5, warmup_ratio=0.05)
+    optim: OptimConfig = OptimConfig(lr=1e-4, min_lr=1e-5, warmup_ratio=0.05)
     sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_new_tokens=288)
     blank_fill: Literal["mean", "black", "white"] = "mean"
     overlong_filter: bool = False
