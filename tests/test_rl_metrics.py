@@ -1,4 +1,4 @@
-"""MetricsWriter (JSONL + TensorBoard, resume without duplicates), ProgressBar, plot_curves, mean_sem."""
+"""MetricsWriter (JSONL + TensorBoard, resume without duplicates), ProgressBar, plot_curves."""
 
 import io
 import json
@@ -100,14 +100,3 @@ def test_plot_curves(tmp_path):
         assert len(set(np.asarray(img.convert("L")).ravel().tolist())) > 10  # something was drawn
     with pytest.raises(ValueError):
         M.plot_curves(tmp_path / "metrics.jsonl", out, [])
-
-
-def test_mean_sem():
-    mean, sem, n = M.mean_sem([1.0, 2.0, 3.0, 4.0])
-    assert mean == 2.5 and n == 4
-    assert sem == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2.0, rel=1e-12)
-    assert M.mean_sem([0.7]) == (0.7, 0.0, 1)
-    assert M.mean_sem([]) == (0.0, 0.0, 0)
-    assert M.mean_sem(np.array([[1, 0], [1, 1]])) == pytest.approx((0.75, 0.25, 4))
-    with pytest.raises(ValueError, match="non-finite"):
-        M.mean_sem([1.0, float("nan")])

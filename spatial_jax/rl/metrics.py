@@ -1,5 +1,5 @@
-"""Run metrics: one JSON line per step in metrics.jsonl, TensorBoard scalars, a progress bar, curve plots,
-and the mean / standard error summary used by evaluation reports."""
+"""Run metrics: one JSON line per step in metrics.jsonl, TensorBoard scalars, a progress bar, curve plots.
+(Evaluation summaries with standard errors live in spatial_jax.eval.grounding.estimate.)"""
 
 from __future__ import annotations
 
@@ -188,19 +188,3 @@ def plot_curves(metrics_jsonl: str | Path, out_png: str | Path, keys: Iterable[s
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return plotted
-
-
-def mean_sem(values: Iterable[float]) -> tuple[float, float, int]:
-    """(mean, standard error of the mean with ddof=1, n). n = 0 gives (0.0, 0.0, 0); n = 1 has standard error 0.
-
-    Non-finite values raise ValueError (a NaN score is a bug upstream, not something to average away).
-    """
-    arr = np.asarray(list(values), dtype=np.float64).ravel()
-    n = int(arr.size)
-    if n == 0:
-        return 0.0, 0.0, 0
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("mean_sem got non-finite values")
-    mean = float(arr.mean())
-    sem = float(arr.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
-    return mean, sem, n
