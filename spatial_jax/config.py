@@ -131,7 +131,7 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     except (TypeError, ValueError) as e:
         if isinstance(e, ConfigError):
             raise
-        raise ConfigError(f"{prefix or cls.__name__}: {e}") from e
+        raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from e
     return obj
 
 

@@ -53,6 +53,11 @@ def test_embedded_default_is_tiny_cpu():
         (["rl.steps=many"], "expected an integer"),
         (["rl.loss.kind=ppo"], "kind"),
         (["method=magic"], "method"),
+        (["rl.checkpoint_every=0"], "checkpoint_every must be >= 1"),
+        (["rl.updates_per_batch=0"], "updates_per_batch must be >= 1"),
+        (["rl.sampling.temperature=0"], "temperature must be > 0"),
+        (["eval.max_samples=-1"], "max_samples must be >= 0"),
+        (["rl.optim.grad_accum_steps=4"], "set from rl.micro_batch"),
     ],
 )
 def test_bad_config_is_a_clear_error(overrides, match):
@@ -112,6 +117,42 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     assert max(diffs) <= 1e-5
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), p1, _params(Job(tiny(tmp_path / "fresh")))))
     assert max(moved) > 0  # the update changed the parameters
+
+
+def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
+    """Two accumulated micro-batches, each divided by the whole batch's token count, equal one full-batch step."""
+    from spatial_jax.data.pipeline import train_iterator
+    from spatial_jax.rl.train import Job
+
+    lr = "rl.optim.warmup_ratio=0.0"
+    full = Job(tiny(tmp_path / "full", "rl.prompts_per_step=2", "rl.group_size=2", lr))
+    split = Job(tiny(tmp_path / "split", "rl.prompts_per_step=2", "rl.group_size=2", "rl.micro_batch=2", lr))
+    batch = next(train_iterator(full.cfg.data, full.tok, "spatialcore", 2, image_cfg=full.policy.image_cfg))
+    sampling = dataclasses.replace(full.cfg.rl.sampling, stop_token_ids=(full.tok.im_end_id,),
+                                   pad_token_id=full.tok.pad_id)
+    comps, _ = full.collect(0, batch, sampling)
+    adv = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
+    params = []
+    for job in (full, split):
+        optim = job.optim_config("rl")
+        tx = make_optimizer(optim)
+        job.update(0, comps, adv, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)
+        params.append(_params(job))
+    assert split.optim_config("rl").grad_accum_steps == 2
+    assert max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), *params))) <= 1e-6
+
+
+def test_full_finetuning_kl_reference_is_the_rl_starting_policy(tmp_path):
+    from spatial_jax.rl.train import train
+
+    train(tiny(tmp_path, "rl.steps=3", "rl.loss.kl_coef=0.05"))
+    rows = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["loss/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # nothing has moved yet
+    assert rows[2]["loss/kl_ref"] > 0  # the policy moved away from its frozen copy
+    from spatial_jax.rl.train import Job
+
+    job = Job(tiny(tmp_path, "rl.steps=3", "rl.loss.kl_coef=0.05"), record_config=False)
+    assert job.load_latest() == "rl" and job.reference is not None  # checkpointed with the run
 
 
 @pytest.mark.parametrize(

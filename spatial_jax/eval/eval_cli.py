@@ -32,14 +32,15 @@ def run(args) -> int:
     cfg = load(TrainConfig, args.config, args.overrides)
     if args.data:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, eval=args.data))
-    job = Job(cfg)
+    job = Job(cfg, record_config=False)
     stage = job.load_latest()
     print(f"evaluating {'the ' + stage + ' checkpoint' if stage else 'the initial policy'} of {cfg.run_dir} "
           f"on {cfg.data.eval}", flush=True)
     with jax.set_mesh(job.mesh):
         it = eval_iterator(cfg.data, job.tok, cfg.method, cfg.eval.batch_size, image_cfg=job.policy.image_cfg)
         summary, rows = evaluate(job.model, job.tok, it, cfg.method, job.reward_cfg, cfg.eval.max_new_tokens,
-                                 cfg.eval.max_samples)
+                                 cfg.eval.max_samples, max_tool_turns=cfg.rl.max_tool_turns,
+                                 max_tool_tokens=cfg.rl.max_tool_tokens)
     out = Path(args.output or Path(cfg.run_dir) / "eval_cli.json")
     out.write_text(json.dumps({"checkpoint": stage, "data": cfg.data.eval, "summary": summary, "rows": rows},
                               indent=1))

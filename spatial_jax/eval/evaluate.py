@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 
 from spatial_jax.eval.grounding import accuracy_by_category, estimate
 from spatial_jax.rewards.registry import get_method
+from spatial_jax.rl.multiturn import sample_multiturn
 from spatial_jax.rl.rollouts import sample, to_rollouts
 from spatial_jax.sampling.config import SamplingConfig
 
@@ -55,14 +56,21 @@ def evaluate(
     max_new_tokens: int,
     max_samples: int = 0,
     progress: Callable[[int], None] | None = None,
+    max_tool_turns: int = 0,
+    max_tool_tokens: int = 512,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Greedy decoding over `batches` (pipeline Batches in RL mode); returns (summary, per-sample rows)."""
+    """Greedy decoding over `batches` (pipeline Batches in RL mode); returns (summary, per-sample rows).
+    AlloSpatial with max_tool_turns > 0 runs the same multi-turn tool rollouts as training."""
     scorer = get_method(method).score_batch
     cfg = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=(tokenizer.im_end_id,),
                          pad_token_id=tokenizer.pad_id)
     scores, rows, categories = [], [], []
     for batch in batches:
-        completions = sample(model, batch, tokenizer, cfg, group_size=1, seed=0)
+        if method == "allospatial" and max_tool_turns > 0:
+            completions = sample_multiturn(model, batch, tokenizer, cfg, 1, 0, max_turns=max_tool_turns,
+                                           max_tool_tokens=max_tool_tokens)
+        else:
+            completions = sample(model, batch, tokenizer, cfg, group_size=1, seed=0)
         rollouts = to_rollouts(batch, completions, 1, step=0)
         for record, rollout, s in zip(batch.records, rollouts, scorer(rollouts, reward_cfg)):
             scores.append(s)

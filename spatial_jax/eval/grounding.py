@@ -21,7 +21,10 @@ class Estimate:
     sem: float
     n: int
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready: an empty estimate has mean and sem None (JSON has no NaN)."""
+        if self.n == 0:
+            return {"mean": None, "sem": None, "n": 0}
         return {"mean": self.mean, "sem": self.sem, "n": self.n}
 
 

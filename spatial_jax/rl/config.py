@@ -74,6 +74,11 @@ class SFTConfig:
     optim: OptimConfig = OptimConfig(lr=2e-3, min_lr=2e-4, warmup_ratio=0.05)
     checkpoint_every: int = 50
 
+    def __post_init__(self):
+        _at_least(self, "sft", steps=0, batch_size=1, checkpoint_every=1)
+        if self.optim.grad_accum_steps != 1:
+            raise ValueError("sft.optim.grad_accum_steps is not supported: raise sft.batch_size instead")
+
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
@@ -83,10 +88,12 @@ class RLConfig:
     max_tool_turns > 0 (AlloSpatial) runs multi-turn rollouts: tool output joins the context but carries no loss."""
 
     def __post_init__(self):
-        if self.max_tool_turns < 0:
-            raise ValueError(f"rl.max_tool_turns must be >= 0, got {self.max_tool_turns}")
-        if self.max_tool_tokens < 64:
-            raise ValueError(f"rl.max_tool_tokens must be >= 64, got {self.max_tool_tokens}")
+        _at_least(self, "rl", steps=0, prompts_per_step=1, group_size=1, updates_per_batch=1, micro_batch=0,
+                  max_tool_turns=0, max_tool_tokens=64, checkpoint_every=1)
+        if self.optim.grad_accum_steps != 1:
+            raise ValueError("rl.optim.grad_accum_steps is set from rl.micro_batch; leave it at 1")
+        if self.steps > 0 and self.sampling.temperature <= 0:
+            raise ValueError("rl.sampling.temperature must be > 0: greedy groups are identical and get no advantage")
 
     steps: int = 60
     prompts_per_step: int = 4
@@ -112,6 +119,15 @@ class EvalConfig:
     max_samples: int = 0
     after_sft: bool = True
     after_rl: bool = True
+
+    def __post_init__(self):
+        _at_least(self, "eval", batch_size=1, max_new_tokens=1, max_samples=0)
+
+
+def _at_least(cfg, section: str, **minimums: int) -> None:
+    for name, low in minimums.items():
+        if getattr(cfg, name) < low:
+            raise ValueError(f"{section}.{name} must be >= {low}, got {getattr(cfg, name)}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,6 +40,7 @@ class RLData:
     old_logp: jax.Array  # [R, N] at the sampling temperature
     ref_logp: jax.Array  # [R, N] (zeros when the KL term is off)
     advantages: jax.Array  # [R]
+    normalizer: jax.Array  # scalar: the whole batch's loss denominator / micro-batches (losses.loss_denominator)
 
 
 def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pixel_values, image_grid_thw,
@@ -94,7 +95,8 @@ def target_logprobs(model, seq: SeqBatch, temperature: float, impl: str = "auto"
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
 def reference_logprobs(graphdef, trainable, frozen, seq: SeqBatch, temperature: float) -> jax.Array:
-    """log pi_ref: the same weights with adapters switched off (no second copy of the base)."""
+    """log pi_ref with adapters switched off: with LoRA the frozen base (no second copy); without adapters the caller
+    passes the weights the RL stage started from as `trainable`."""
     model = nnx.merge(graphdef, trainable, frozen)
     with disable_adapters(model):
         return target_logprobs(model, seq, temperature)[0]
@@ -121,7 +123,7 @@ def rl_loss(trainable, graphdef, frozen, data: RLData, cfg: LossConfig, temperat
     logp, ent = target_logprobs(model, data.seq, temperature)
     ref = data.ref_logp if cfg.kl_coef > 0 else None
     return policy_loss(logp, data.old_logp, data.advantages, data.seq.target_mask, cfg, ref_logp=ref,
-                       entropy=ent)
+                       entropy=ent, normalizer=data.normalizer)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5, 6, 7), donate_argnums=(1, 3))

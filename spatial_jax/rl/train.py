@@ -26,6 +26,7 @@ from spatial_jax.rl import rollouts as ro
 from spatial_jax.rl import step as st
 from spatial_jax.rl.checkpoint import Checkpointer
 from spatial_jax.rl.config import TrainConfig, validate
+from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar, plot_curves
 from spatial_jax.rl.multiturn import sample_multiturn
 from spatial_jax.rl.optim import lr_schedule, make_optimizer
@@ -55,18 +56,20 @@ def full_seq_batch(model_cfg, batch: Batch) -> st.SeqBatch:
 class Job:
     """One run directory's training job; `run()` does every configured stage, resuming where it stopped."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, record_config: bool = True):
         validate(cfg, jax.device_count())
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        if record_config:  # the training command's config; `eval` leaves it as it was
+            (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         self.mesh = build_mesh(cfg.mesh)
         self.policy: Policy = build_policy(cfg.policy, self.mesh)
         self.graphdef, self.trainable, self.frozen = nnx.split(self.policy.model, self.policy.trainable, ...)
         self.method = get_method(cfg.method)
         self.reward_cfg = cfg.reward_config()
         self.tok = self.policy.tokenizer
+        self.reference = None  # KL reference weights when there are no adapters to switch off (set by the RL stage)
 
     @property
     def model(self):
@@ -97,12 +100,27 @@ class Job:
         self.print_summary(results)
         return results
 
+    def _state(self, opt_state) -> dict[str, Any]:
+        """What a checkpoint holds: trainable weights, optimiser state and, when it is a copy, the KL reference."""
+        state = {"params": self.trainable, "opt": opt_state}
+        if self.reference is not None:
+            state["ref"] = self.reference
+        return state
+
+    def _start_reference(self, stage: str) -> None:
+        """Full fine-tuning with a KL term: pi_ref is the policy the RL stage starts from, kept as a copy (and
+        checkpointed, so a resumed run keeps the same reference)."""
+        lora = self.cfg.policy.lora
+        if stage == "rl" and self.cfg.rl.loss.kl_coef > 0 and lora.rank == 0 and lora.vision_rank == 0:
+            self.reference = jax.tree.map(jnp.copy, self.trainable)
+
     def _restore(self, ck: Checkpointer, opt_state, iterator) -> tuple[int, Any, bool]:
         step = ck.latest_step()
         if step is None:
             return 0, opt_state, False
-        state, meta = ck.restore({"params": self.trainable, "opt": opt_state}, step)
+        state, meta = ck.restore(self._state(opt_state), step)
         self.trainable = state["params"]
+        self.reference = state.get("ref", self.reference)
         if iterator is not None:
             iterator.set_state(meta["data"])
         self.log(f"resumed {ck.directory} at step {meta['step']}")
@@ -121,6 +139,7 @@ class Job:
         for stage in ("rl", "sft"):
             ck = Checkpointer(self.run_dir / stage, async_save=False)
             if ck.latest_step() is not None:
+                self._start_reference(stage)
                 self._restore(ck, make_optimizer(self.optim_config(stage)).init(self.trainable), None)
                 ck.close()
                 return stage
@@ -137,6 +156,7 @@ class Job:
         schedule = lr_schedule(optim)
         updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
         ck = Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every)
+        self._start_reference(name)
         if ck.latest_step() == steps:
             self._restore(ck, tx.init(self.trainable), None)
             ck.close()
@@ -149,8 +169,8 @@ class Job:
             metrics, opt_state = step_fn(step, next(it), tx, opt_state)
             metrics["lr"] = float(schedule(step * updates))
             bar.update(writer.log(step + 1, metrics))
-            ck.save(step + 1, {"params": self.trainable, "opt": opt_state},
-                    {"step": step + 1, "data": it.get_state()}, force=step + 1 == steps)
+            ck.save(step + 1, self._state(opt_state), {"step": step + 1, "data": it.get_state()},
+                    force=step + 1 == steps)
         bar.close()
         writer.close()
         ck.close()
@@ -220,6 +240,8 @@ class Job:
             stopped = np.any((comps.tokens == self.tok.im_end_id) & (mask > 0), axis=1)
             mask = mask * stopped[:, None].astype(mask.dtype)
         context = getattr(comps, "context_mask", comps.mask)  # tool output is attended to, never trained on
+        # each micro-batch divides by the whole batch's denominator, so accumulation equals one full-batch step
+        normalizer = loss_denominator(jnp.asarray(mask), rc.loss.aggregation) / n_micro
         micro = len(adv) // n_micro
         starts = np.concatenate([[0], np.cumsum(np.prod(comps.image_grid_thw, axis=-1))])
         datas = []
@@ -232,12 +254,14 @@ class Job:
             )
             seq = st.shard_batch(seq, self.mesh)
             if rc.loss.kl_coef > 0:
-                ref = st.reference_logprobs(self.graphdef, self.trainable, self.frozen, seq, temperature)
+                ref_weights = self.trainable if self.reference is None else self.reference
+                ref = st.reference_logprobs(self.graphdef, ref_weights, self.frozen, seq, temperature)
             else:
                 ref = jnp.zeros(seq.target_mask.shape, jnp.float32)
             datas.append(st.RLData(seq=seq, old_logp=st.shard_batch(jnp.asarray(comps.logprobs[rows]), self.mesh),
                                    ref_logp=st.shard_batch(ref, self.mesh),
-                                   advantages=st.shard_batch(jnp.asarray(adv[rows], jnp.float32), self.mesh)))
+                                   advantages=st.shard_batch(jnp.asarray(adv[rows], jnp.float32), self.mesh),
+                                   normalizer=normalizer))
         losses, loss_metrics = [], []
         for epoch in range(rc.updates_per_batch):
             for m, data in enumerate(datas):
@@ -272,16 +296,22 @@ class Job:
 
     def evaluate(self, stage: str) -> dict[str, Any]:
         """Held-out evaluation after `stage`; cached in the run directory so a resumed job does not redo it."""
-        path = self.run_dir / f"eval_{stage}.json"
-        if path.exists():
-            return json.loads(path.read_text())["summary"]
         cfg = self.cfg
+        path = self.run_dir / f"eval_{stage}.json"
+        # reused only for the same weights (stage length) and the same evaluation
+        key = {"steps": cfg.sft.steps if stage == "sft" else cfg.rl.steps, "data": cfg.data.eval,
+               "eval": to_dict(cfg.eval), "method": cfg.method}
+        if path.exists():
+            cached = json.loads(path.read_text())
+            if cached.get("key") == key:
+                return cached["summary"]
         it = eval_iterator(cfg.data, self.tok, cfg.method, cfg.eval.batch_size, image_cfg=self.policy.image_cfg)
         bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}", disable=not cfg.progress)
         summary, rows = evaluate(self.model, self.tok, it, cfg.method, self.reward_cfg, cfg.eval.max_new_tokens,
-                                 cfg.eval.max_samples, progress=lambda n: bar.update({}, n))
+                                 cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
+                                 max_tool_turns=cfg.rl.max_tool_turns, max_tool_tokens=cfg.rl.max_tool_tokens)
         bar.close()
-        path.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+        path.write_text(json.dumps({"key": key, "summary": summary, "rows": rows}, indent=1))
         return summary
 
     def plot(self) -> str | None:
@@ -305,7 +335,7 @@ class Job:
                 continue
             parts = []
             for key in ("accuracy", "mean_matched_iou", "mean_H", "reward", "well_formed"):
-                if key in s:
+                if key in s and s[key]["n"] > 0:
                     e = s[key]
                     parts.append(f"{key} {e['mean']:.3f} ± {e['sem']:.3f} (n={e['n']})")
             lines.append(f"{stage}: " + "; ".join(parts))
