@@ -135,7 +135,7 @@ def rl_update(graphdef, trainable, frozen, opt_state, data: RLData, cfg: LossCon
     )
     updates, opt_state = tx.update(grads, opt_state, trainable)
     trainable = optax.apply_updates(trainable, updates)
-    metrics = dict(metrics, grad_norm=optax.global_norm(grads))
+    metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
     return trainable, opt_state, loss, metrics
 
 
@@ -150,4 +150,4 @@ def sft_update(graphdef, trainable, frozen, opt_state, tx: optax.GradientTransfo
     (loss, metrics), grads = jax.value_and_grad(sft_objective, has_aux=True)(trainable, graphdef, frozen, seq, rng)
     updates, opt_state = tx.update(grads, opt_state, trainable)
     trainable = optax.apply_updates(trainable, updates)
-    return trainable, opt_state, loss, dict(metrics, grad_norm=optax.global_norm(grads))
+    return trainable, opt_state, loss, dict(metrics, grad_norm=optax.tree.norm(grads))
