@@ -46,8 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--d", type=int, default=1024, help="hidden size D")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
-    p.add_argument("--block-n", type=int, default=xla.DEFAULT_BLOCK_N)
-    p.add_argument("--block-v", type=int, default=xla.DEFAULT_BLOCK_V)
+    p.add_argument("--block-n", type=int, default=None, help="xla token tile (default: the backend's)")
+    p.add_argument("--block-v", type=int, default=None, help="xla vocabulary tile (default: the backend's)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (the min is reported)")
     p.add_argument("--positions", type=int, default=48, help="positions for the position_entropy comparison")
     p.add_argument("--quick", action="store_true", help="smoke run: N 64 256, V 5000, D 128, 2 repeats")
@@ -87,26 +87,41 @@ def memory(compiled) -> dict:
         "output": ma.output_size_in_bytes,
         "alias": ma.alias_size_in_bytes,
     }
-    parts["peak"] = parts["temp"] + parts["argument"] + parts["output"] - parts["alias"]
+    # what the call allocates on top of the inputs its caller already holds (as torch.cuda.max_memory_allocated
+    # minus the memory held before the call, the Triton benchmark's measure)
+    parts["above_inputs"] = parts["temp"] + parts["output"] - parts["alias"]
+    parts["peak"] = parts["above_inputs"] + parts["argument"]
     return parts
+
+
+def _is_oom(err: Exception) -> bool:
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
 
 
 def measure(fns: dict, args, repeats: int) -> dict:
     """Compile every function, run each once to warm up, then time them in `repeats` interleaved rounds, so that
-    load from other processes hits all of them alike; per function: min and median seconds plus memory."""
-    compiled = {name: jax.jit(f).lower(*args).compile() for name, f in fns.items()}
-    for c in compiled.values():
-        jax.block_until_ready(c(*args))
-    times = {name: [] for name in fns}
+    load from other processes hits all of them alike; per function: min and median seconds plus memory.
+    A function that runs out of device memory is reported as {"oom": message} and the others go on."""
+    compiled, out = {}, {}
+    for name, f in fns.items():
+        try:
+            compiled[name] = jax.jit(f).lower(*args).compile()
+            jax.block_until_ready(compiled[name](*args))
+        except Exception as err:  # noqa: BLE001 - only out-of-memory is expected; anything else is re-raised
+            if not _is_oom(err):
+                raise
+            compiled.pop(name, None)
+            out[name] = {"oom": str(err).splitlines()[0][:300]}
+    times = {name: [] for name in compiled}
     for _ in range(repeats):
         for name, c in compiled.items():
             start = time.perf_counter()
             jax.block_until_ready(c(*args))
             times[name].append(time.perf_counter() - start)
-    return {
-        name: {"time_s": min(t), "median_s": float(np.median(t)), "memory": memory(compiled[name])}
-        for name, t in times.items()
-    }
+    for name, t in times.items():
+        out[name] = {"time_s": min(t), "median_s": float(np.median(t)), "memory": memory(compiled[name])}
+    return out
 
 
 def loss_grad(fn):
@@ -164,14 +179,15 @@ def inputs(n: int, d: int, v: int, dtype):
 
 def add_ratios(rows: list[dict]) -> None:
     """time and peak-memory ratios of every row to naive and to the floor of the same (N, V, mode)."""
-    index = {(r["n"], r["v"], r["mode"], r["impl"]): r for r in rows}
-    for r in rows:
+    index = {(r["n"], r["v"], r["mode"], r["impl"]): r for r in rows if "oom" not in r}
+    for r in index.values():
         for ref in ("naive", "floor"):
             other = index.get((r["n"], r["v"], r["mode"], ref))
             if other is not None:
                 r[f"time_vs_{ref}"] = r["time_s"] / other["time_s"]
-                r[f"peak_vs_{ref}"] = r["memory"]["peak"] / other["memory"]["peak"]
-                r[f"temp_vs_{ref}"] = r["memory"]["temp"] / max(other["memory"]["temp"], 1)
+                for part in ("peak", "above_inputs", "temp"):
+                    if part in r["memory"] and part in other["memory"]:
+                        r[f"{part}_vs_{ref}"] = r["memory"][part] / max(other["memory"][part], 1)
 
 
 def position_speedup(n: int, d: int, v: int, k: int, dtype, repeats: int) -> dict:
@@ -186,8 +202,9 @@ def position_speedup(n: int, d: int, v: int, k: int, dtype, repeats: int) -> dic
 
 def acceptance(result: dict) -> list[str]:
     """Issue #3's targets at the largest N and V measured: xla fwd <= 1.25x the matmul, fwd+bwd <= 1.5x the three
-    matmuls, <= 1/8 of naive's memory (both on peak and on temp), position_entropy >= 20x faster."""
-    rows = result["rows"]
+    matmuls, <= 1/8 of naive's memory above the inputs, position_entropy >= 20x faster. The whole-executable peak
+    (inputs included) is listed beside the memory check without a verdict: both sides hold the same inputs."""
+    rows = [r for r in result["rows"] if "oom" not in r]
     n, v = max(r["n"] for r in rows), max(r["v"] for r in rows)
     at = {(r["impl"], r["mode"]): r for r in rows if r["n"] == n and r["v"] == v}
     lines = []
@@ -202,9 +219,9 @@ def acceptance(result: dict) -> list[str]:
     if xb and "time_vs_floor" in xb:
         check(f"N={n} V={v} xla fwd+bwd time / three matmuls", xb["time_vs_floor"], 1.5)
     for row, mode in ((xf, "fwd"), (xb, "fwd+bwd")):
-        if row and "peak_vs_naive" in row:
-            check(f"N={n} V={v} xla {mode} peak / naive peak", row["peak_vs_naive"], 0.125)
-            check(f"N={n} V={v} xla {mode} temp / naive temp", row["temp_vs_naive"], 0.125)
+        if row and "above_inputs_vs_naive" in row:
+            check(f"N={n} V={v} xla {mode} memory above inputs / naive's", row["above_inputs_vs_naive"], 0.125)
+            lines.append(f"  (whole executable, inputs included: {row['peak_vs_naive']:.3f} of naive's)")
     pos = result.get("position_entropy")
     if pos:
         check(f"position_entropy {pos['positions']} of {pos['n']} speed-up", pos["speedup"], 20.0, True)
@@ -217,15 +234,19 @@ def fmt_bytes(b: int) -> str:
 
 def markdown(result: dict) -> str:
     lines = [
-        "| N | V | mode | impl | time (s, min) | vs naive | vs floor | peak mem | peak vs naive | temp | temp vs naive |",
+        "| N | V | mode | impl | time (s, min) | vs naive | vs floor | above inputs | vs naive | peak incl. inputs |"
+        " vs naive |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
+        if "oom" in r:
+            lines.append(f"| {r['n']} | {r['v']} | {r['mode']} | {r['impl']} | OOM | - | - | - | - | - | - |")
+            continue
         ratio = lambda key: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
         lines.append(
             f"| {r['n']} | {r['v']} | {r['mode']} | {r['impl']} | {r['time_s']:.3f} | {ratio('time_vs_naive')} | "
-            f"{ratio('time_vs_floor')} | {fmt_bytes(r['memory']['peak'])} | {ratio('peak_vs_naive')} | "
-            f"{fmt_bytes(r['memory']['temp'])} | {ratio('temp_vs_naive')} |"
+            f"{ratio('time_vs_floor')} | {fmt_bytes(r['memory']['above_inputs'])} | "
+            f"{ratio('above_inputs_vs_naive')} | {fmt_bytes(r['memory']['peak'])} | {ratio('peak_vs_naive')} |"
         )
     p = result.get("position_entropy")
     if p:
@@ -236,18 +257,31 @@ def markdown(result: dict) -> str:
     return "\n".join(lines + ["", "Targets (issue #3):"] + acceptance(result))
 
 
+def _write(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.render is not None:
         result = json.loads(args.render.read_text())
+        for r in result["rows"]:  # results written before the above-inputs figure was recorded
+            if "memory" in r and "above_inputs" not in r["memory"]:
+                m = r["memory"]
+                m["above_inputs"] = m["temp"] + m["output"] - m["alias"]
         add_ratios(result["rows"])
         print(markdown(result))
         return result
     dtype = jnp.dtype(args.dtype)
+    auto_n, auto_v = xla.default_blocks()
+    args.block_n = args.block_n or auto_n
+    args.block_v = args.block_v or auto_v
     result = {
         "machine": machine(),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "memory_definition": "peak = temp + argument + output - alias (compiled.memory_analysis())",
+        "memory_definition": "above_inputs = temp + output - alias; peak = above_inputs + argument "
+                             "(compiled.memory_analysis())",
         "time_definition": f"min of {args.repeats} timed runs after one warm-up run, impls interleaved per round",
         "rows": [],
     }
@@ -260,15 +294,16 @@ def main(argv=None) -> dict:
                 for impl, m in timed.items():
                     row = {"n": n, "d": args.d, "v": v, "dtype": args.dtype, "impl": impl, "mode": mode, **m}
                     result["rows"].append(row)
-                    peak = fmt_bytes(row["memory"]["peak"])
-                    print(f"N={n} V={v} {mode:8s} {impl:6s} {row['time_s']:.3f} s  peak {peak}", flush=True)
+                    shown = "OOM" if "oom" in row else (
+                        f"{row['time_s']:.4f} s  above inputs {fmt_bytes(row['memory']['above_inputs'])}")
+                    print(f"N={n} V={v} {mode:8s} {impl:6s} {shown}", flush=True)
             del data
+            _write(result, args.out)  # a later shape may not finish: keep what is measured
     add_ratios(result["rows"])
     result["position_entropy"] = position_speedup(
         max(args.n), args.d, max(args.v), args.positions, dtype, args.repeats
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    _write(result, args.out)
     print(markdown(result))
     print(f"\nwrote {args.out}")
     return result

@@ -7,9 +7,11 @@ For each N it times and measures peak memory (torch.cuda.max_memory_allocated) o
   floor   : bare bf16 matmuls: h @ w for the forward; + dz @ w^T (dh) and h^T @ dz (dw) for the backward
 in three modes: forward, forward+backward with a frozen head (dh only), forward+backward (dh and dw).
 Before timing it checks the GPU numerics (bf16 dots, bf16 dz) against the float64 reference on a mid-size shape
-and against the naive path on the first benchmark shape, and records the errors.
+(several backward chunks) and against the naive path (values and gradients) on the first benchmark shape, and
+records the errors.
 
     python benchmarks/triton_entropy.py                # GPU run: table + benchmarks/out/triton_entropy.json
+    python benchmarks/triton_entropy.py --sweep        # first time launch configs at the first N, then use the best
     python benchmarks/triton_entropy.py --interpret    # no GPU: tiny shape under TRITON_INTERPRET=1 (smoke test)
 Without CUDA and without --interpret it prints why and exits 0.
 """
@@ -35,10 +37,12 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--ns", type=int, nargs="+", default=[8192, 32768], help="numbers of rows N")
     p.add_argument("--d", type=int, default=4096, help="hidden size D")
     p.add_argument("--v", type=int, default=151936, help="vocabulary size V")
-    p.add_argument("--blocks", type=int, nargs=3, default=[64, 128, 64], metavar=("BN", "BV", "BD"))
+    p.add_argument("--blocks", type=int, nargs=3, default=[128, 256, 64], metavar=("BN", "BV", "BD"))
     p.add_argument("--num-warps", type=int, default=8)
+    p.add_argument("--num-stages", type=int, default=3, help="software-pipelining depth")
     p.add_argument("--sweep", action="store_true",
-                   help="also time the forward for a few block configs at the first N (tuning aid)")
+                   help="first time forward and forward+backward for a few launch configs at the first N, then run "
+                        "the benchmark with the config fastest at forward+backward")
     p.add_argument("--budget-s", type=float, default=2.0, help="target seconds of timed repeats per measurement")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/out/triton_entropy*.json)")
     return p.parse_args()
@@ -62,10 +66,10 @@ def _naive(h, w, targets, temperature=1.0):
     return lp, -(logp.exp() * logp).sum(-1)
 
 
-def _triton(h, w, targets):
+def _triton(h, w, targets, **overrides):
     bn, bv, bd = ARGS.blocks
-    return linear_logprob_entropy_triton(h, w, targets, block_n=bn, block_v=bv, block_d=bd,
-                                         num_warps=ARGS.num_warps)
+    options = dict(block_n=bn, block_v=bv, block_d=bd, num_warps=ARGS.num_warps, num_stages=ARGS.num_stages)
+    return linear_logprob_entropy_triton(h, w, targets, **{**options, **overrides})
 
 
 def _make(n, d, v, dtype, device, seed=0):
@@ -110,7 +114,7 @@ def _measure(call):
         torch.cuda.synchronize()
         first = time.perf_counter() - t0
         peak = torch.cuda.max_memory_allocated() - base
-        reps = max(1, min(20, int(ARGS.budget_s / max(first, 1e-4))))
+        reps = max(3, min(20, int(ARGS.budget_s / max(first, 1e-4))))
         times = []
         for _ in range(reps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -143,7 +147,8 @@ def _parity_vs_reference(device, n, d, v, dtypes):
         w = w * 50  # logits of tens: peaked rows, like a trained head at low temperature
         g = torch.Generator(device=device).manual_seed(2)
         g_lp, g_ent = torch.randn(n, generator=g, device=device), torch.randn(n, generator=g, device=device)
-        fwd, grads = _grad_rel(_triton, h, w, targets, g_lp, g_ent)
+        # chunks of 1,024 columns: the backward walks several chunks and a partial last one
+        fwd, grads = _grad_rel(functools.partial(_triton, vocab_chunk=1024), h, w, targets, g_lp, g_ent)
         rfwd, rgrads = _grad_rel(lambda a, b, t: logprob_entropy(a, b, t), h, w, targets, g_lp, g_ent)
         rel = [((x.double() - y.double()).abs().max() / y.double().abs().max()).item() for x, y in zip(grads, rgrads)]
         out[str(dtype).removeprefix("torch.")] = {"shape": [n, d, v], "fwd_max_abs": _errors(fwd, rfwd),
@@ -166,10 +171,21 @@ def _gpu(out_path: Path, device: str) -> None:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "python": platform.python_version(), "d": d, "v": v, "dtype": "bfloat16",
               "blocks": dict(zip(("block_n", "block_v", "block_d"), ARGS.blocks)), "num_warps": ARGS.num_warps,
-              "parity_vs_float64_reference": _parity_vs_reference(device, 300, 512, 5003,
-                                                                  (torch.float32, torch.bfloat16)),
-              "cases": []}
+              "num_stages": ARGS.num_stages, "cases": []}
+    result["parity_vs_float64_reference"] = _parity_vs_reference(device, 300, 512, 5003,
+                                                                 (torch.float32, torch.bfloat16))
     print(json.dumps(result["parity_vs_float64_reference"], indent=1))
+    if ARGS.sweep:
+        result["sweep"] = _sweep(ARGS.ns[0], d, v, device)
+        timed = [r for r in result["sweep"] if isinstance(r["fwd_bwd_dh_dw"], float)]
+        if timed:
+            best = min(timed, key=lambda r: r["fwd_bwd_dh_dw"])
+            ARGS.blocks, ARGS.num_warps, ARGS.num_stages = best["blocks"], best["num_warps"], best["num_stages"]
+            result.update(blocks=dict(zip(("block_n", "block_v", "block_d"), ARGS.blocks)),
+                          num_warps=ARGS.num_warps, num_stages=ARGS.num_stages, config_from="sweep")
+            print(f"using the sweep's best config: blocks {ARGS.blocks}, warps {ARGS.num_warps}, "
+                  f"stages {ARGS.num_stages}", flush=True)
+        _write(out_path, result)
     for i, n in enumerate(ARGS.ns):
         h, w, targets = _make(n, d, v, torch.bfloat16, device)
         g = torch.Generator(device=device).manual_seed(3)
@@ -177,8 +193,12 @@ def _gpu(out_path: Path, device: str) -> None:
         case = {"n": n, "modes": {}}
         if i == 0:  # informational: the naive path rounds its logits to bf16 before the float32 softmax
             try:
-                with torch.no_grad():
-                    case["fwd_max_abs_vs_naive"] = _errors(_triton(h, w, targets), _naive(h, w, targets))
+                fwd, grads = _grad_rel(_triton, h, w, targets, g_lp, g_ent)
+                nfwd, ngrads = _grad_rel(_naive, h, w, targets, g_lp, g_ent)
+                case["fwd_max_abs_vs_naive"] = _errors(fwd, nfwd)
+                case["grad_rel_vs_naive"] = [((a.double() - b.double()).norm() / b.double().norm()).item()
+                                             for a, b in zip(grads, ngrads)]
+                del fwd, grads, nfwd, ngrads
             except torch.cuda.OutOfMemoryError:
                 case["fwd_max_abs_vs_naive"] = "OOM"
         for mode in MODES:
@@ -194,22 +214,38 @@ def _gpu(out_path: Path, device: str) -> None:
             row["triton_over_naive_time"] = _ratio(row["triton"]["seconds"], row["naive"]["seconds"])
             row["naive_over_triton_memory"] = _ratio(row["naive"]["peak_bytes"], row["triton"]["peak_bytes"])
             case["modes"][mode] = row
+            times = ", ".join(f"{k} {_fmt(row[k]['seconds'], 's')}" for k in ("triton", "naive", "floor"))
+            print(f"N={n} {mode}: {times}", flush=True)
         result["cases"].append(case)
+        _write(out_path, result)  # a later case may run out of time: keep what is measured
         del h, w, targets
-    if ARGS.sweep:
-        result["sweep_fwd"] = _sweep(ARGS.ns[0], d, v, device)
     _write(out_path, result)
     _table(result)
 
 
+# (block_n, block_v, block_d, num_warps, num_stages); None = Triton's default pipelining depth
+SWEEP = ((64, 256, 64, 8, 3), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
+         (128, 128, 64, 4, 4), (64, 128, 64, 4, 4))
+
+
 def _sweep(n, d, v, device):
     h, w, targets = _make(n, d, v, torch.bfloat16, device)
+    g = torch.Generator(device=device).manual_seed(3)
+    g_lp, g_ent = torch.randn(n, generator=g, device=device), torch.randn(n, generator=g, device=device)
     rows = []
-    for bn, bv, bd, nw in ((64, 128, 64, 4), (64, 128, 64, 8), (128, 128, 64, 8), (128, 256, 64, 8), (64, 256, 32, 8)):
-        fn = functools.partial(linear_logprob_entropy_triton, block_n=bn, block_v=bv, block_d=bd, num_warps=nw)
-        t, _ = _measure(lambda: _run_mode(fn, h, w, targets, None, None, "fwd"))
-        rows.append({"blocks": [bn, bv, bd], "num_warps": nw, "seconds": t})
-        print(f"sweep fwd N={n} blocks={bn},{bv},{bd} warps={nw}: {_fmt(t, 's')}")
+    for bn, bv, bd, nw, ns in SWEEP:
+        fn = functools.partial(linear_logprob_entropy_triton, block_n=bn, block_v=bv, block_d=bd, num_warps=nw,
+                               num_stages=ns)
+        row = {"blocks": [bn, bv, bd], "num_warps": nw, "num_stages": ns}
+        for mode in ("fwd", "fwd_bwd_dh_dw"):
+            try:
+                row[mode], _ = _measure(lambda: _run_mode(fn, h, w, targets, g_lp, g_ent, mode))
+            except Exception as e:  # a config may not compile (shared memory, registers): record it and go on
+                row[mode] = f"error: {type(e).__name__}: {str(e)[:200]}"
+        rows.append(row)
+        shown = [_fmt(row[m], "s") if isinstance(row[m], float) else row[m] for m in ("fwd", "fwd_bwd_dh_dw")]
+        print(f"sweep N={n} blocks={bn},{bv},{bd} warps={nw} stages={ns}: fwd {shown[0]}, fwd+bwd {shown[1]}",
+              flush=True)
     return rows
 
 

@@ -20,6 +20,15 @@ from . import common
 
 DEFAULT_BLOCK_N = 1024
 DEFAULT_BLOCK_V = 1024
+# Per-backend tiles, measured (benchmarks/RESULTS.md). On GPU every trip of XLA's loops costs kernel launches, so
+# larger tiles win: H200, N = 32768, bf16, forward 77 ms at 8192 x 4096 against 163 ms at 1024 x 1024 (fewest trips
+# of the four tile sizes tried; [8192, 4096] float32 logit tiles are 128 MiB).
+_BACKEND_BLOCKS = {"gpu": (8192, 4096), "cuda": (8192, 4096), "rocm": (8192, 4096)}
+
+
+def default_blocks(backend: str | None = None) -> tuple[int, int]:
+    """(block_n, block_v) for a backend name (default: JAX's default backend)."""
+    return _BACKEND_BLOCKS.get(backend or jax.default_backend(), (DEFAULT_BLOCK_N, DEFAULT_BLOCK_V))
 
 _HIGHEST = lax.Precision.HIGHEST
 
@@ -120,11 +129,15 @@ def linear_logprob_entropy(
     targets: jax.Array,
     *,
     temperature: float = 1.0,
-    block_n: int = DEFAULT_BLOCK_N,
-    block_v: int = DEFAULT_BLOCK_V,
+    block_n: int | None = None,
+    block_v: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """(log p(target) [N], entropy [N]) float32 without materialising [N, V]; custom VJP for h and w."""
+    """(log p(target) [N], entropy [N]) float32 without materialising [N, V]; custom VJP for h and w.
+    Block sizes left as None take default_blocks() of the default backend."""
     common.check_inputs(h, w, targets, temperature)
+    auto_n, auto_v = default_blocks()
+    block_n = auto_n if block_n is None else block_n
+    block_v = auto_v if block_v is None else block_v
     if block_n < 1 or block_v < 1:
         raise ValueError(f"block sizes must be >= 1; got block_n={block_n}, block_v={block_v}")
     static = dict(temperature=float(temperature), block_n=int(block_n), block_v=int(block_v))

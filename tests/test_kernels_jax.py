@@ -123,6 +123,18 @@ def test_xla_never_holds_the_logits():
         assert temp < logits_bytes / 4, f"{f.__name__}: temp {temp} bytes vs logits {logits_bytes}"
 
 
+def test_xla_default_tiles_follow_the_backend():
+    # GPU loops pay launches per trip: larger tiles there; elsewhere the CPU-measured tiles. The defaults apply
+    # only where block sizes are left unset, and give the same numbers as explicit tiles.
+    assert xla.default_blocks("gpu") == xla.default_blocks("cuda") == (8192, 4096)
+    assert xla.default_blocks("cpu") == xla.default_blocks("tpu") == (xla.DEFAULT_BLOCK_N, xla.DEFAULT_BLOCK_V)
+    h, w, targets, _, _ = make_case(40, 16, 3000, w_std=0.3)
+    auto = xla.linear_logprob_entropy(h, w, targets)
+    explicit = xla.linear_logprob_entropy(h, w, targets, block_n=16, block_v=256)
+    for a, b in zip(auto, explicit):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
 def test_position_entropy_matches_reference():
     h, w, _, _, _ = make_case(20, 16, 700, h_std=10.0, w_std=0.05, seed=3)
     positions = jnp.asarray([0, 19, 7, 7, 3], jnp.int32)

@@ -102,6 +102,29 @@ def test_lp_only_gradient_with_frozen_head():
     assert _rel(dh, r_dh) <= 1e-4
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("num_splits,vocab_chunk", [(1, 64), (2, 128), (4, None), (50, 192)])
+def test_vocabulary_splits_and_backward_chunks(num_splits, vocab_chunk, dtype):
+    # V = 300 in tiles of 64 is 5 tiles: 4 splits of 2 tiles leave the last split empty; 50 splits are capped at
+    # 5; chunks of 64/128/192 columns end in a partial chunk.
+    h, w, targets, g_lp, g_ent = _inputs(21, 40, 300, dtype, 0.3, seed=11)
+    blocks = dict(SMALL_BLOCKS, num_splits=num_splits, vocab_chunk=vocab_chunk)
+    _check(h, w, targets, g_lp, g_ent, 0.8, blocks, TOL[dtype])
+
+
+def test_splits_and_chunks_do_not_change_results_beyond_rounding():
+    h, w, targets, g_lp, g_ent = _inputs(19, 32, 260, torch.float32, 0.5, seed=13)
+    outs = []
+    for num_splits, vocab_chunk in ((1, 320), (3, 64), (1, 320)):
+        lp, ent = linear_logprob_entropy_triton(h, w, targets, num_splits=num_splits, vocab_chunk=vocab_chunk,
+                                                **SMALL_BLOCKS)
+        outs.append((lp, ent) + torch.autograd.grad((lp * g_lp.float() + ent * g_ent.float()).sum(), (h, w)))
+    for a, b in zip(outs[0], outs[1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(outs[0], outs[2]):  # same config twice: bit-identical (no atomics anywhere)
+        assert torch.equal(a, b)
+
+
 def test_empty_batch():
     h = torch.zeros(0, 16, requires_grad=True)
     w = torch.randn(16, 40, requires_grad=True)
@@ -138,6 +161,14 @@ def test_bad_dtype_temperature_and_blocks_raise():
             linear_logprob_entropy_triton(h, w, t, temperature=bad)
     with pytest.raises(ValueError, match="block_v"):
         linear_logprob_entropy_triton(h, w, t, block_v=48)
+    for bad in (0, 2.0):
+        with pytest.raises(ValueError, match="num_stages"):
+            linear_logprob_entropy_triton(h, w, t, num_stages=bad)
+        with pytest.raises(ValueError, match="num_splits"):
+            linear_logprob_entropy_triton(h, w, t, num_splits=bad)
+    for bad in (128, 300, 256.0):
+        with pytest.raises(ValueError, match="vocab_chunk"):
+            linear_logprob_entropy_triton(h, w, t, vocab_chunk=bad)
 
 
 _SM90_COMPILE = """
@@ -146,12 +177,12 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
 import spatial_jax.kernels.triton_entropy as te
 blocks = {"BLOCK_N": 64, "BLOCK_V": 128, "BLOCK_D": 64, "UPCAST": False}
-ptrs = {"h_ptr": "*bf16", "w_ptr": "*bf16", "tgt_ptr": "*i64", "inv_temp": "fp32"}
-for fn in (te._fwd_kernel, te._bwd_dh_kernel, te._bwd_dw_kernel):
+ptrs = {"h_ptr": "*bf16", "w_ptr": "*bf16", "dz_ptr": "*bf16", "tgt_ptr": "*i64", "inv_temp": "fp32"}
+for fn in (te._fwd_kernel, te._dlogits_kernel):
     sig = {a: "constexpr" if a in blocks else ptrs.get(a, "*fp32" if a.endswith("_ptr") else "i32")
            for a in fn.arg_names}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in blocks.items()})
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 3}).asm["ptx"]
     assert "wgmma" in ptx, fn.fn.__name__ + ": bf16 dots did not lower to Hopper tensor-core wgmma"
 print("compiled")
 """
