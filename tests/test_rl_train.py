@@ -175,10 +175,13 @@ def test_each_method_runs_tiny_steps(method, extra, tmp_path):
     if method == "prosr":
         assert all(r["reward/has_blank"] == 1.0 for r in rows)
     assert Checkpointer(tmp_path / "rl").latest_step() == 2
-    if method == "spatialthinker":  # `eval` scores the run's latest checkpoint
+    if method in ("spatialthinker", "spatialcore"):  # `eval` scores the run's latest checkpoint
         out = tmp_path / "eval.json"
+        # without the run's micro-batching and KL overrides: the checkpoint's optimiser state is rebuilt from the
+        # run's recorded config, so evaluation settings cannot clash with it
+        lora = ["policy.lora.rank=4"] if method == "spatialcore" else []
         assert main(["eval", f"--output={out}", f"run_dir={tmp_path}", *TINY, f"method={method}", "rl.steps=2",
-                     "eval.max_samples=2", "eval.batch_size=2", "eval.max_new_tokens=12"]) == 0
+                     *lora, "eval.max_samples=2", "eval.batch_size=2", "eval.max_new_tokens=12"]) == 0
         report = json.loads(out.read_text())
         assert report["checkpoint"] == "rl" and report["summary"]["n"] == 2
         assert "overall" in report["summary"]["accuracy_by_category"]

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spatial_jax.config import to_dict
+from spatial_jax.config import from_dict, to_dict
 from spatial_jax.data.pipeline import Batch, blank_batch, eval_iterator, train_iterator
 from spatial_jax.eval.evaluate import ACCURACY_KEY, evaluate
 from spatial_jax.rewards.advantages import group_advantages
@@ -107,11 +107,12 @@ class Job:
             state["ref"] = self.reference
         return state
 
-    def _start_reference(self, stage: str) -> None:
+    def _start_reference(self, stage: str, cfg: TrainConfig | None = None) -> None:
         """Full fine-tuning with a KL term: pi_ref is the policy the RL stage starts from, kept as a copy (and
         checkpointed, so a resumed run keeps the same reference)."""
-        lora = self.cfg.policy.lora
-        if stage == "rl" and self.cfg.rl.loss.kl_coef > 0 and lora.rank == 0 and lora.vision_rank == 0:
+        cfg = cfg or self.cfg
+        lora = cfg.policy.lora
+        if stage == "rl" and cfg.rl.loss.kl_coef > 0 and lora.rank == 0 and lora.vision_rank == 0:
             self.reference = jax.tree.map(jnp.copy, self.trainable)
 
     def _restore(self, ck: Checkpointer, opt_state, iterator) -> tuple[int, Any, bool]:
@@ -126,21 +127,31 @@ class Job:
         self.log(f"resumed {ck.directory} at step {meta['step']}")
         return int(meta["step"]), state["opt"], True
 
-    def optim_config(self, stage: str):
+    def optim_config(self, stage: str, cfg: TrainConfig | None = None):
         """The stage's optimiser settings: schedules span the stage, accumulation spans the RL micro-batches."""
+        cfg = cfg or self.cfg
         if stage == "sft":
-            return dataclasses.replace(self.cfg.sft.optim, total_steps=self.cfg.sft.steps)
-        rc = self.cfg.rl
+            return dataclasses.replace(cfg.sft.optim, total_steps=cfg.sft.steps)
+        rc = cfg.rl
         n_micro = (rc.prompts_per_step * rc.group_size) // (rc.micro_batch or rc.prompts_per_step * rc.group_size)
         return dataclasses.replace(rc.optim, total_steps=rc.steps * rc.updates_per_batch, grad_accum_steps=n_micro)
 
+    def trained_config(self) -> TrainConfig:
+        """The config the run was trained with (its recorded config.json; this job's own when there is none)."""
+        path = self.run_dir / "config.json"
+        return from_dict(TrainConfig, json.loads(path.read_text())) if path.exists() else self.cfg
+
     def load_latest(self) -> str | None:
-        """Takes the trainable weights of the newest checkpoint (RL over SFT); returns its stage or None."""
+        """Takes the trainable weights of the newest checkpoint (RL over SFT); returns its stage or None.
+
+        The checkpoint's optimiser state and KL reference are laid out by the training run's settings, so they are
+        rebuilt from its recorded config: `eval` may then override micro-batching, the KL term and the like."""
+        trained = self.trained_config()
         for stage in ("rl", "sft"):
             ck = Checkpointer(self.run_dir / stage, async_save=False)
             if ck.latest_step() is not None:
-                self._start_reference(stage)
-                self._restore(ck, make_optimizer(self.optim_config(stage)).init(self.trainable), None)
+                self._start_reference(stage, trained)
+                self._restore(ck, make_optimizer(self.optim_config(stage, trained)).init(self.trainable), None)
                 ck.close()
                 return stage
             ck.close()
