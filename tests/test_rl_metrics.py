@@ -75,6 +75,10 @@ def test_tensorboard_mirror_and_purge(tmp_path):
     got = tb_scalars(tmp_path / "tb", "loss")
     assert [s for s, _ in got] == [1, 2, 3]
     assert [v for _, v in got] == [1.0, 2.0, 30.0]
+    # A fresh start (no checkpoint) leaves no events of the earlier run behind, like the JSONL log.
+    with M.MetricsWriter(tmp_path) as w:
+        w.log(1, {"loss": 100.0})
+    assert tb_scalars(tmp_path / "tb", "loss") == [(1, 100.0)]
 
 
 def test_progress_bar_shows_key_figures():

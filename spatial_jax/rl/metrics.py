@@ -55,7 +55,8 @@ class MetricsWriter:
     resume_step: the checkpoint step the run resumes from. Lines with step > resume_step (written after that
     checkpoint by the killed run) are dropped, so the log has no duplicate steps. None starts a fresh log
     (the previous file, if any, is emptied: with no checkpoint nothing of it can be continued).
-    tensorboard: write TensorBoard events under run_dir/tb (purging events after resume_step).
+    tensorboard: write TensorBoard events under run_dir/tb (purging events after resume_step; a fresh start
+    deletes the old event files, as it empties the JSONL log).
     """
 
     def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True):
@@ -74,6 +75,9 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter
 
             purge = None if resume_step is None else resume_step + 1
+            if resume_step is None:
+                for old in (self.run_dir / "tb").glob("events.out.tfevents.*"):
+                    old.unlink()
             # A unique suffix keeps a resumed run in the same second from overwriting the previous event file.
             self._tb = SummaryWriter(
                 logdir=str(self.run_dir / "tb"), purge_step=purge, filename_suffix=f".{time.time_ns()}"
