@@ -73,6 +73,9 @@ def test_bad_config_is_a_clear_error(overrides, match):
         (["rl.micro_batch=3"], "not divisible by rl.micro_batch"),
         (["rl.group_size=1"], "group_size"),
         (["mesh.data=4", "eval.batch_size=6"], "eval.batch_size"),
+        # Dr. GRPO: three decode rounds of 288 tokens can hold 864 loss tokens, more than the constant's 600
+        (["method=allospatial", "rl.max_tool_turns=2", "rl.loss.aggregation=seq_mean_token_sum_norm",
+          "rl.loss.max_completion_length=600"], "rl.max_tool_turns"),
     ],
 )
 def test_machine_checks_fail_before_compile(overrides, match, tmp_path):

@@ -190,5 +190,11 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     if cfg.eval.batch_size % shards:
         raise ConfigError(f"eval.batch_size={cfg.eval.batch_size} is not divisible by mesh.data*mesh.fsdp = {shards}")
     if cfg.rl.steps > 0 and cfg.rl.loss.aggregation == "seq_mean_token_sum_norm":
-        if cfg.rl.loss.max_completion_length < cfg.rl.sampling.max_new_tokens:
-            raise ConfigError("rl.loss.max_completion_length must be >= rl.sampling.max_new_tokens")
+        # Dr. GRPO's constant must bound the loss tokens of any rollout: each of the max_tool_turns + 1 decode
+        # rounds of a multi-turn rollout may write up to max_new_tokens model tokens (tool tokens carry no loss)
+        budget = cfg.rl.sampling.max_new_tokens * (cfg.rl.max_tool_turns + 1)
+        if cfg.rl.loss.max_completion_length < budget:
+            raise ConfigError(
+                f"rl.loss.max_completion_length={cfg.rl.loss.max_completion_length} must be >= the model tokens a "
+                f"rollout can hold: rl.sampling.max_new_tokens x (rl.max_tool_turns + 1) = {budget}"
+            )
