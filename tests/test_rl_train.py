@@ -178,7 +178,7 @@ def test_each_method_runs_tiny_steps(method, extra, tmp_path):
     if method == "prosr":
         assert all(r["reward/has_blank"] == 1.0 for r in rows)
     assert Checkpointer(tmp_path / "rl").latest_step() == 2
-    if method in ("spatialthinker", "spatialcore"):  # `eval` scores the run's latest checkpoint
+    if method in ("spatialthinker", "spatialcore", "prosr"):  # `eval` scores the run's latest checkpoint
         out = tmp_path / "eval.json"
         # without the run's micro-batching and KL overrides: the checkpoint's optimiser state is rebuilt from the
         # run's recorded config, so evaluation settings cannot clash with it
@@ -187,6 +187,8 @@ def test_each_method_runs_tiny_steps(method, extra, tmp_path):
                      *lora, "eval.max_samples=2", "eval.batch_size=2", "eval.max_new_tokens=12"]) == 0
         report = json.loads(out.read_text())
         assert report["checkpoint"] == "rl" and report["summary"]["n"] == 2
+        if method == "prosr":  # evaluated with its blank-image counterfactual, as in training
+            assert all(row["has_blank"] == 1.0 for row in report["rows"])
         assert "overall" in report["summary"]["accuracy_by_category"]
 
 

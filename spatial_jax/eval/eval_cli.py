@@ -40,7 +40,8 @@ def run(args) -> int:
         it = eval_iterator(cfg.data, job.tok, cfg.method, cfg.eval.batch_size, image_cfg=job.policy.image_cfg)
         summary, rows = evaluate(job.model, job.tok, it, cfg.method, job.reward_cfg, cfg.eval.max_new_tokens,
                                  cfg.eval.max_samples, max_tool_turns=cfg.rl.max_tool_turns,
-                                 max_tool_tokens=cfg.rl.max_tool_tokens)
+                                 max_tool_tokens=cfg.rl.max_tool_tokens, blank_fill=cfg.rl.blank_fill,
+                                 image_cfg=job.policy.image_cfg)
     out = Path(args.output or Path(cfg.run_dir) / "eval_cli.json")
     out.write_text(json.dumps({"checkpoint": stage, "data": cfg.data.eval, "summary": summary, "rows": rows},
                               indent=1))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from spatial_jax.data.image_processing import ImageProcessingConfig
+from spatial_jax.data.pipeline import blank_batch
 from spatial_jax.eval.grounding import accuracy_by_category, estimate
 from spatial_jax.rewards.registry import get_method
 from spatial_jax.rl.multiturn import sample_multiturn
@@ -58,9 +60,13 @@ def evaluate(
     progress: Callable[[int], None] | None = None,
     max_tool_turns: int = 0,
     max_tool_tokens: int = 512,
+    blank_fill: str = "mean",
+    image_cfg: ImageProcessingConfig = ImageProcessingConfig(),
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Greedy decoding over `batches` (pipeline Batches in RL mode); returns (summary, per-sample rows).
-    AlloSpatial with max_tool_turns > 0 runs the same multi-turn tool rollouts as training."""
+    AlloSpatial with max_tool_turns > 0 runs the same multi-turn tool rollouts as training; ProSR decodes each
+    prompt on a blank image too (fill `blank_fill`, images processed with `image_cfg`), so its reward has the
+    counterfactual term it has in training (ProSR eq. 8)."""
     scorer = get_method(method).score_batch
     cfg = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=(tokenizer.im_end_id,),
                          pad_token_id=tokenizer.pad_id)
@@ -71,7 +77,10 @@ def evaluate(
                                            max_tool_tokens=max_tool_tokens)
         else:
             completions = sample(model, batch, tokenizer, cfg, group_size=1, seed=0)
-        rollouts = to_rollouts(batch, completions, 1, step=0)
+        blank = None
+        if method == "prosr":
+            blank = sample(model, blank_batch(batch, blank_fill, image_cfg), tokenizer, cfg, group_size=1, seed=0)
+        rollouts = to_rollouts(batch, completions, 1, step=0, blank=blank)
         for record, rollout, s in zip(batch.records, rollouts, scorer(rollouts, reward_cfg)):
             scores.append(s)
             categories.append(record.category or "all")

@@ -311,7 +311,8 @@ class Job:
         path = self.run_dir / f"eval_{stage}.json"
         # reused only for the same weights (stage length) and the same evaluation
         key = {"steps": cfg.sft.steps if stage == "sft" else cfg.rl.steps, "data": cfg.data.eval,
-               "eval": to_dict(cfg.eval), "method": cfg.method}
+               "eval": to_dict(cfg.eval), "method": cfg.method,
+               "blank_fill": cfg.rl.blank_fill if cfg.method == "prosr" else None}
         if path.exists():
             cached = json.loads(path.read_text())
             if cached.get("key") == key:
@@ -320,7 +321,8 @@ class Job:
         bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}", disable=not cfg.progress)
         summary, rows = evaluate(self.model, self.tok, it, cfg.method, self.reward_cfg, cfg.eval.max_new_tokens,
                                  cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
-                                 max_tool_turns=cfg.rl.max_tool_turns, max_tool_tokens=cfg.rl.max_tool_tokens)
+                                 max_tool_turns=cfg.rl.max_tool_turns, max_tool_tokens=cfg.rl.max_tool_tokens,
+                                 blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg)
         bar.close()
         path.write_text(json.dumps({"key": key, "summary": summary, "rows": rows}, indent=1))
         return summary
