@@ -1,6 +1,7 @@
 """Records and JSONL (errors name path:line), the grain pipeline (shapes, padding, image tokens, SFT masks,
 determinism, resume) and the gen-data command."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -233,6 +234,11 @@ def test_data_config_and_iterators(tok):
     assert first.input_ids.shape == (4, 512)
     batches = list(P.eval_iterator(data, tok, "allospatial", 2, image_cfg=IMG))
     assert [r.id for b in batches for r in b.records] == [f"heldout-{i:06d}" for i in range(5)]
+    # the SFT cold start reads its own source when one is set, RL keeps data.train
+    split = dataclasses.replace(data, sft_train="synthetic:heldout:4")
+    sft_ids = {r.id for r in next(P.train_iterator(split, tok, "spatialcore", 4, mode="sft", image_cfg=IMG)).records}
+    rl_ids = {r.id for r in next(P.train_iterator(split, tok, "spatialcore", 4, image_cfg=IMG)).records}
+    assert all(i.startswith("heldout-") for i in sft_ids) and all(i.startswith("train-") for i in rl_ids)
     with pytest.raises(ConfigError):
         load(P.DataConfig, overrides=["bucket_lengths=[512,256]"])
     with pytest.raises(ConfigError):

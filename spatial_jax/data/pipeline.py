@@ -250,10 +250,12 @@ def blank_batch(
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    """Where the data comes from and how it is batched; `train` / `eval` are JSONL paths or `synthetic:<split>:<n>`."""
+    """Where the data comes from and how it is batched; `train` / `eval` are JSONL paths or `synthetic:<split>:<n>`.
+    `sft_train` is the SFT cold start's own source (its reference completions); empty means `train`."""
 
     train: str = "synthetic:train:1000"
     eval: str = "synthetic:heldout:200"
+    sft_train: str = ""
     synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
     bucket_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     seed: int = 0
@@ -274,7 +276,8 @@ def train_iterator(
     mode: str = "rl",
     image_cfg: Any = ImageProcessingConfig(),
 ) -> DataIterator:
-    """Shuffled batches of the training source, repeated forever; checkpoint it with get_state / set_state."""
+    """Shuffled batches of the training source (mode "sft": data.sft_train when set), repeated forever; checkpoint it
+    with get_state / set_state."""
     cfg = PipelineConfig(
         method=method,
         mode=mode,  # type: ignore[arg-type]
@@ -283,7 +286,8 @@ def train_iterator(
         seed=data.seed,
         read_threads=data.read_threads,
     )
-    return make_iterator(open_source(data.train, data.synthetic), tokenizer, cfg, image_cfg)
+    source = data.sft_train if mode == "sft" and data.sft_train else data.train
+    return make_iterator(open_source(source, data.synthetic), tokenizer, cfg, image_cfg)
 
 
 def eval_iterator(
