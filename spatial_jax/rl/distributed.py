@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 
 def cluster_requested(env: dict[str, str] | None = None) -> bool:
@@ -38,3 +40,16 @@ def initialize(env: dict[str, str] | None = None) -> bool:
     else:
         jax.distributed.initialize()
     return True
+
+
+def to_host(x) -> np.ndarray:
+    """The global value of an array as numpy on this process. An array sharded across processes (multi-host) is
+    gathered from all of them, so every process holds the same rollouts and makes the same host-side decisions."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def is_primary() -> bool:
+    """Whether this process writes the run's files (logs, metrics, reports): process 0 of the cluster."""
+    return jax.process_index() == 0

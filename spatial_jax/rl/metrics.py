@@ -57,9 +57,14 @@ class MetricsWriter:
     (the previous file, if any, is emptied: with no checkpoint nothing of it can be continued).
     tensorboard: write TensorBoard events under run_dir/tb (purging events after resume_step; a fresh start
     deletes the old event files, as it empties the JSONL log).
+    active: False makes a writer that writes nothing (the processes of a multi-host run other than the first).
     """
 
-    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True,
+                 active: bool = True):
+        self._file = self._tb = None
+        if not active:
+            return
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
@@ -90,7 +95,10 @@ class MetricsWriter:
         row: dict[str, Any] = {"step": int(step), "time": time.time()}
         for key, value in metrics.items():
             row[str(key)] = _to_json_value(value)
-        self._file.write(json.dumps(row, allow_nan=False) + "\n")
+        line = json.dumps(row, allow_nan=False)
+        if self._file is None:
+            return row
+        self._file.write(line + "\n")
         self._file.flush()
         if self._tb is not None:
             for key, value in row.items():
@@ -100,7 +108,7 @@ class MetricsWriter:
         return row
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.close()
         if self._tb is not None:
             self._tb.close()

@@ -33,6 +33,7 @@ from spatial_jax.rl.rollouts import Completions, repeat_batch
 from spatial_jax.rl.tools import Tool, default_tools, run_call
 from spatial_jax.sampling.config import SamplingConfig
 from spatial_jax.sampling.sampler import decode, extend, prefill
+from spatial_jax.rl.distributed import to_host
 
 TOOL_TURN_PREFIX = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
 TOOL_TURN_SUFFIX = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
@@ -127,8 +128,8 @@ def sample_multiturn(
     rows = [_Row() for _ in range(R)]
     for turn in range(max_turns + 1):
         state, out = decode_fn(model, state, cfg)
-        toks, lps, ents = np.asarray(out.tokens), np.asarray(out.logprobs), np.asarray(out.entropies)
-        lengths, done = np.asarray(out.mask).sum(axis=1), np.asarray(state.done)
+        toks, lps, ents = to_host(out.tokens), to_host(out.logprobs), to_host(out.entropies)
+        lengths, done = to_host(out.mask).sum(axis=1), to_host(state.done)
         called = []
         for r, row in enumerate(rows):
             n = int(lengths[r])

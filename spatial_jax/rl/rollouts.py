@@ -15,6 +15,7 @@ from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.rewards.records import BlankRollout, Rollout, TokenTrace
 from spatial_jax.sampling.config import SamplingConfig
 from spatial_jax.sampling.sampler import generate
+from spatial_jax.rl.distributed import to_host
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,7 @@ def sample(
 ) -> Completions:
     ids, mask, pixels, grid = repeat_batch(batch, group_size)
     out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, cfg=dataclasses.replace(cfg, seed=seed))
-    tokens, m = np.asarray(out.tokens), np.asarray(out.mask)
+    tokens, m = to_host(out.tokens), to_host(out.mask)
     texts, offsets = [], []
     for r in range(tokens.shape[0]):
         kept = tokenizer.trim_completion(tokens[r, : int(m[r].sum())])
@@ -65,7 +66,7 @@ def sample(
         offsets.append(tuple(off))
     return Completions(
         prompt_ids=ids, prompt_mask=mask, pixel_values=pixels, image_grid_thw=grid, tokens=tokens,
-        logprobs=np.asarray(out.logprobs), entropies=np.asarray(out.entropies), mask=m,
+        logprobs=to_host(out.logprobs), entropies=to_host(out.entropies), mask=m,
         texts=tuple(texts), offsets=tuple(offsets),
     )
 

@@ -25,6 +25,7 @@ from spatial_jax.rewards.registry import get_method
 from spatial_jax.rl import rollouts as ro
 from spatial_jax.rl import step as st
 from spatial_jax.rl.checkpoint import Checkpointer
+from spatial_jax.rl.distributed import is_primary
 from spatial_jax.rl.config import TrainConfig, validate
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar, plot_curves
@@ -61,7 +62,8 @@ class Job:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if record_config:  # the training command's config; `eval` leaves it as it was
+        self.primary = is_primary()  # in a multi-host run only the first process writes files and prints
+        if record_config and self.primary:  # the training command's config; `eval` leaves it as it was
             (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         self.mesh = build_mesh(cfg.mesh)
         self.policy: Policy = build_policy(cfg.policy, self.mesh)
@@ -76,7 +78,7 @@ class Job:
         return nnx.merge(self.graphdef, self.trainable, self.frozen)
 
     def log(self, text: str) -> None:
-        if self.cfg.progress:
+        if self.cfg.progress and self.primary:
             print(text, flush=True)
 
     # ---- stages -------------------------------------------------------------------------------------------------
@@ -93,6 +95,8 @@ class Job:
                 self.rl()
                 if cfg.eval.after_rl:
                     results["after_rl"] = self.evaluate("rl")
+        if not self.primary:
+            return results
         (self.run_dir / "summary.json").write_text(json.dumps(results, indent=2))
         curves = self.plot()
         if curves:
@@ -174,8 +178,9 @@ class Job:
             return
         it = train_iterator(cfg.data, self.tok, cfg.method, batch_size, mode=name, image_cfg=self.policy.image_cfg)
         start, opt_state, resumed = self._restore(ck, tx.init(self.trainable), it)
-        writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None, tensorboard=cfg.tensorboard)
-        bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not cfg.progress)
+        writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None, tensorboard=cfg.tensorboard,
+                               active=self.primary)
+        bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
         for step in range(start, steps):
             metrics, opt_state = step_fn(step, next(it), tx, opt_state)
             metrics["lr"] = float(schedule(step * updates))
@@ -318,13 +323,15 @@ class Job:
             if cached.get("key") == key:
                 return cached["summary"]
         it = eval_iterator(cfg.data, self.tok, cfg.method, cfg.eval.batch_size, image_cfg=self.policy.image_cfg)
-        bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}", disable=not cfg.progress)
+        bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}",
+                          disable=not (cfg.progress and self.primary))
         summary, rows = evaluate(self.model, self.tok, it, cfg.method, self.reward_cfg, cfg.eval.max_new_tokens,
                                  cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
                                  max_tool_turns=cfg.rl.max_tool_turns, max_tool_tokens=cfg.rl.max_tool_tokens,
                                  blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg)
         bar.close()
-        path.write_text(json.dumps({"key": key, "summary": summary, "rows": rows}, indent=1))
+        if self.primary:
+            path.write_text(json.dumps({"key": key, "summary": summary, "rows": rows}, indent=1))
         return summary
 
     def plot(self) -> str | None:

@@ -1,0 +1,89 @@
+"""A multi-host run, two processes on this machine: the same job as one process on the same 2x2 (data, fsdp) mesh.
+
+Two CPU processes of 2 devices each join one JAX cluster through JAX_COORDINATOR_ADDRESS (as `spatial-jax train`
+does on a GPU cluster or TPU pod), run an SFT cold start and GRPO steps with evaluation, and must end with the
+parameters of a single process holding all 4 devices (to 1e-5: the reductions may group differently), with one set of
+files written (only the first process writes logs and reports).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from spatial_jax import config as C
+from spatial_jax.rl.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = [
+    "sft.steps=2", "sft.batch_size=4", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2",
+    "rl.sampling.max_new_tokens=12", "eval.after_sft=false", "eval.after_rl=true", "eval.max_samples=4",
+    "eval.batch_size=4", "eval.max_new_tokens=12", "data.train=synthetic:train:16", "data.eval=synthetic:heldout:4",
+    "tensorboard=false", "progress=false", "data.bucket_lengths=[256,512]", "mesh.data=2", "mesh.fsdp=2", "seed=5",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _env(devices: int, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env.update(extra)
+    return env
+
+
+def _params(run_dir: Path):
+    from spatial_jax.rl.train import Job
+
+    job = Job(C.load(TrainConfig, None, [f"run_dir={run_dir}", *JOB]), record_config=False)
+    assert job.load_latest() == "rl"
+    return jax.tree.map(np.asarray, job.trainable)
+
+
+def _initial_params(tmp_path: Path):
+    from spatial_jax.rl.train import Job
+
+    job = Job(C.load(TrainConfig, None, [f"run_dir={tmp_path / 'fresh'}", *JOB]), record_config=False)
+    return jax.tree.map(np.asarray, job.trainable)
+
+
+def test_two_processes_train_like_one(tmp_path):
+    command = [sys.executable, "-m", "spatial_jax.cli", "train", *JOB]
+    port = _free_port()
+    cluster = [
+        subprocess.Popen(
+            [*command, f"run_dir={tmp_path / 'cluster'}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=_env(2, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)),
+        )
+        for i in range(2)
+    ]
+    single = subprocess.run([*command, f"run_dir={tmp_path / 'single'}"], cwd=ROOT, env=_env(4), capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    outputs = []
+    for proc in cluster:
+        out, _ = proc.communicate(timeout=600)
+        outputs.append(out.decode(errors="replace"))
+        assert proc.returncode == 0, outputs[-1][-3000:]
+    # only the first process prints the summary and writes the run's files
+    assert "after_rl:" in outputs[0] and "after_rl:" not in outputs[1]
+    for stage in ("sft", "rl"):
+        steps = [json.loads(line)["step"] for line in (tmp_path / "cluster" / stage / "metrics.jsonl").open()]
+        assert steps == [1, 2]
+    summary = json.loads((tmp_path / "cluster" / "summary.json").read_text())
+    assert summary["after_rl"]["accuracy"]["n"] == 4
+
+    cluster_params, single_params = _params(tmp_path / "cluster"), _params(tmp_path / "single")
+    diffs = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), cluster_params, single_params)
+    moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), single_params, _initial_params(tmp_path))
+    assert max(jax.tree.leaves(moved)) > 1e-4  # the job trained: the comparison below is not between two no-ops
+    assert max(jax.tree.leaves(diffs)) <= 1e-5
+
