@@ -109,7 +109,7 @@ def _fwd_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, a_ptr, zt_ptr, N, D, V, til
         s = alpha * s + tl.sum(e, axis=1)
         m = m_new
         z_tgt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), axis=1)
-    out = split * N + rows
+    out = split.to(tl.int64) * N + rows
     tl.store(m_ptr + out, m, mask=row_ok)
     tl.store(s_ptr + out, s, mask=row_ok)
     tl.store(a_ptr + out, a, mask=row_ok)
@@ -290,7 +290,8 @@ def linear_logprob_entropy_triton(
     num_splits: int | None = None,
     vocab_chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h [N, D], w [D, V] (float32 or bfloat16, any strides), targets [N] int -> (lp [N], entropy [N]) float32.
+    """h [N, D], w [D, V] (float32 or bfloat16, any strides), targets [N] int (any strides) -> (lp [N], entropy [N]),
+    float32.
 
     lp = log softmax(h @ w / temperature)[target], entropy over the full vocabulary; differentiable in h and w.
     Tuning knobs: block sizes, num_warps, num_stages (software-pipelining depth; None = Triton's default),
@@ -304,5 +305,6 @@ def linear_logprob_entropy_triton(
     _check_optional_int("vocab_chunk", vocab_chunk, block_v)
     if vocab_chunk is not None and vocab_chunk % block_v:
         raise ValueError(f"vocab_chunk must be a multiple of block_v={block_v}; got {vocab_chunk}")
-    return _LinearLogprobEntropy.apply(h, w, targets, float(temperature), blocks, num_warps, num_stages,
-                                       num_splits, vocab_chunk)
+    # the kernels read targets with unit stride: a strided or expanded view would be read as other token ids
+    return _LinearLogprobEntropy.apply(h, w, targets.contiguous(), float(temperature), blocks, num_warps,
+                                       num_stages, num_splits, vocab_chunk)

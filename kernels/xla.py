@@ -44,6 +44,14 @@ def _vocab_walk(v: int, block_v: int):
     return n_full, v - n_full * block_v
 
 
+def _row_block(n: int, block_n: int) -> int:
+    """Rows per token chunk: as many chunks as block_n asks for, balanced, so padding stays under 8 rows a chunk
+    (N = 8193 with block_n 8192 runs two chunks of 4104, not two of 8192)."""
+    chunks = -(-n // block_n)
+    rows = -(-n // chunks)
+    return min(n, block_n, -(-rows // 8) * 8)
+
+
 def _pad_rows(x, rows: int):
     pad = rows - x.shape[0]
     return x if pad == 0 else jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
@@ -77,7 +85,7 @@ def _forward_rows(h_c, w, t_c, temperature, block_v):
 def forward(h, w, targets, *, temperature: float, block_n: int, block_v: int):
     """(log p(target), entropy, lse), float32 [N]."""
     n = h.shape[0]
-    block_n = min(block_n, n)
+    block_n = _row_block(n, block_n)
     n_pad = -(-n // block_n) * block_n
     h_b = _chunk_rows(_pad_rows(h, n_pad), block_n)
     t_b = _chunk_rows(_pad_rows(targets.astype(jnp.int32)[:, None], n_pad), block_n)
@@ -89,7 +97,7 @@ def forward(h, w, targets, *, temperature: float, block_n: int, block_v: int):
 def backward(h, w, targets, lse, entropy, g_lp, g_h, *, temperature: float, block_n: int, block_v: int):
     """(dh, dw) in the input dtypes, from recomputed logit tiles; float32 accumulation."""
     n, v = h.shape[0], w.shape[1]
-    block_n = min(block_n, n)
+    block_n = _row_block(n, block_n)
     block_v = min(block_v, v)
     n_pad = -(-n // block_n) * block_n
     n_full, tail = _vocab_walk(v, block_v)

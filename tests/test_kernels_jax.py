@@ -135,6 +135,17 @@ def test_xla_default_tiles_follow_the_backend():
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
+def test_token_chunks_are_balanced():
+    # chunks never exceed block_n, and padding stays under 8 rows per chunk (a GPU tile of 8192 rows must not
+    # double the work at N = 8193)
+    for n in (1, 7, 100, 1025, 8193, 18_432, 40_000):
+        for block_n in (2, 16, 1024, 8192):
+            rows = xla._row_block(n, block_n)
+            chunks = -(-n // rows)
+            assert rows <= block_n and chunks == -(-n // block_n) and chunks * rows - n < 8 * chunks
+    assert xla._row_block(8193, 8192) == 4104
+
+
 def test_position_entropy_matches_reference():
     h, w, _, _, _ = make_case(20, 16, 700, h_std=10.0, w_std=0.05, seed=3)
     positions = jnp.asarray([0, 19, 7, 7, 3], jnp.int32)

@@ -81,6 +81,18 @@ def test_transposed_weight_and_other_blocks():
     _check(h, w, targets, g_lp, g_ent, 0.9, dict(block_n=32, block_v=32, block_d=32), TOL[torch.float32])
 
 
+def test_strided_and_expanded_targets():
+    h, w, targets, g_lp, g_ent = _inputs(12, 32, 90, torch.float32, 0.3, seed=9)
+    table = torch.stack([targets.flip(0), targets, targets.roll(1)], dim=1)  # column 1 is a stride-3 view
+    lp, ent = linear_logprob_entropy_triton(h, w, table[:, 1], **SMALL_BLOCKS)
+    r_lp, r_ent = logprob_entropy(h, w, targets)
+    assert (lp.double() - r_lp).abs().max().item() <= 1e-4 and (ent.double() - r_ent).abs().max().item() <= 1e-4
+    same = torch.tensor([7]).expand(12)  # stride 0
+    lp, _ = linear_logprob_entropy_triton(h, w, same, **SMALL_BLOCKS)
+    r_lp, _ = logprob_entropy(h, w, torch.full((12,), 7))
+    assert (lp.double() - r_lp).abs().max().item() <= 1e-4
+
+
 def test_uniform_rows_with_very_negative_logits():
     # Every logit is -128 (exp underflows to 0 in float32 against a max of 0): only a max taken over real
     # columns, never the padded ones, gives H = log V and lp = -log V.

@@ -58,21 +58,27 @@ def _initial_params(tmp_path: Path):
 def test_two_processes_train_like_one(tmp_path):
     command = [sys.executable, "-m", "spatial_jax.cli", "train", *JOB]
     port = _free_port()
-    cluster = [
-        subprocess.Popen(
-            [*command, f"run_dir={tmp_path / 'cluster'}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=_env(2, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)),
-        )
-        for i in range(2)
-    ]
-    single = subprocess.run([*command, f"run_dir={tmp_path / 'single'}"], cwd=ROOT, env=_env(4), capture_output=True,
-                            text=True, timeout=600)
-    assert single.returncode == 0, single.stderr[-3000:]
-    outputs = []
-    for proc in cluster:
-        out, _ = proc.communicate(timeout=600)
-        outputs.append(out.decode(errors="replace"))
-        assert proc.returncode == 0, outputs[-1][-3000:]
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]
+    cluster = []
+    try:
+        for i, log in enumerate(logs):  # output to files: an unread pipe could stall a process mid-collective
+            with open(log, "wb") as out:
+                cluster.append(subprocess.Popen(
+                    [*command, f"run_dir={tmp_path / 'cluster'}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                    env=_env(2, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+                             JAX_PROCESS_ID=str(i)),
+                ))
+        single = subprocess.run([*command, f"run_dir={tmp_path / 'single'}"], cwd=ROOT, env=_env(4),
+                                capture_output=True, text=True, timeout=600)
+        assert single.returncode == 0, single.stderr[-3000:]
+        for proc in cluster:
+            proc.wait(timeout=600)
+    finally:
+        for proc in cluster:
+            proc.kill()
+    outputs = [log.read_text(errors="replace") for log in logs]
+    for proc, out in zip(cluster, outputs):
+        assert proc.returncode == 0, out[-3000:]
     # only the first process prints the summary and writes the run's files
     assert "after_rl:" in outputs[0] and "after_rl:" not in outputs[1]
     for stage in ("sft", "rl"):

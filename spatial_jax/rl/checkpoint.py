@@ -106,6 +106,15 @@ class Checkpointer:
         )
         return restored[_STATE], dict(restored[_META])
 
+    def read_meta(self, step: int | None = None) -> dict[str, Any]:
+        """The meta dict of `step` (default: the latest) alone, without reading the state."""
+        self._manager.wait_until_finished()
+        step = self.latest_step() if step is None else step
+        if step is None or step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}")
+        restored = self._manager.restore(int(step), args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))
+        return dict(restored[_META])
+
     def wait_until_finished(self) -> None:
         """Blocks until any background save has been committed."""
         self._manager.wait_until_finished()

@@ -192,7 +192,8 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     if cfg.rl.steps > 0 and cfg.rl.loss.aggregation == "seq_mean_token_sum_norm":
         # Dr. GRPO's constant must bound the loss tokens of any rollout: each of the max_tool_turns + 1 decode
         # rounds of a multi-turn rollout may write up to max_new_tokens model tokens (tool tokens carry no loss)
-        budget = cfg.rl.sampling.max_new_tokens * (cfg.rl.max_tool_turns + 1)
+        turns = cfg.rl.max_tool_turns if cfg.method == "allospatial" else 0  # only AlloSpatial calls tools
+        budget = cfg.rl.sampling.max_new_tokens * (turns + 1)
         if cfg.rl.loss.max_completion_length < budget:
             raise ConfigError(
                 f"rl.loss.max_completion_length={cfg.rl.loss.max_completion_length} must be >= the model tokens a "

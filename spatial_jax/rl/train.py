@@ -140,20 +140,17 @@ class Job:
         n_micro = (rc.prompts_per_step * rc.group_size) // (rc.micro_batch or rc.prompts_per_step * rc.group_size)
         return dataclasses.replace(rc.optim, total_steps=rc.steps * rc.updates_per_batch, grad_accum_steps=n_micro)
 
-    def trained_config(self) -> TrainConfig:
-        """The config the run was trained with (its recorded config.json; this job's own when there is none)."""
-        path = self.run_dir / "config.json"
-        return from_dict(TrainConfig, json.loads(path.read_text())) if path.exists() else self.cfg
-
     def load_latest(self) -> str | None:
         """Takes the trainable weights of the newest checkpoint (RL over SFT); returns its stage or None.
 
-        The checkpoint's optimiser state and KL reference are laid out by the training run's settings, so they are
-        rebuilt from its recorded config: `eval` may then override micro-batching, the KL term and the like."""
-        trained = self.trained_config()
+        The checkpoint's optimiser state and KL reference are laid out by the settings of the run that saved it
+        (kept in its meta), so they are rebuilt from those: `eval` may override micro-batching, the KL term and
+        the like."""
         for stage in ("rl", "sft"):
             ck = Checkpointer(self.run_dir / stage, async_save=False)
             if ck.latest_step() is not None:
+                saved = ck.read_meta().get("config")
+                trained = from_dict(TrainConfig, saved) if saved is not None else self.cfg
                 self._start_reference(stage, trained)
                 self._restore(ck, make_optimizer(self.optim_config(stage, trained)).init(self.trainable), None)
                 ck.close()
@@ -181,12 +178,13 @@ class Job:
         writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None, tensorboard=cfg.tensorboard,
                                active=self.primary)
         bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
+        saved_config = to_dict(cfg)  # goes with the weights: `eval` rebuilds the optimiser state and reference from it
         for step in range(start, steps):
             metrics, opt_state = step_fn(step, next(it), tx, opt_state)
             metrics["lr"] = float(schedule(step * updates))
             bar.update(writer.log(step + 1, metrics))
-            ck.save(step + 1, self._state(opt_state), {"step": step + 1, "data": it.get_state()},
-                    force=step + 1 == steps)
+            ck.save(step + 1, self._state(opt_state), {"step": step + 1, "data": it.get_state(),
+                                                       "config": saved_config}, force=step + 1 == steps)
         bar.close()
         writer.close()
         ck.close()
