@@ -91,15 +91,8 @@ class Checkpointer:
         each restored leaf takes that leaf's shape, dtype and sharding (so sharded state comes back sharded,
         resharded if the target's sharding differs from the saved one).
         """
-        self._manager.wait_until_finished()
-        if step is None:
-            step = self.latest_step()
-            if step is None:
-                raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        elif step not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; have {self.all_steps()}")
         restored = self._manager.restore(
-            int(step),
+            self._existing_step(step),
             args=ocp.args.Composite(
                 **{_STATE: ocp.args.StandardRestore(abstract_like(target)), _META: ocp.args.JsonRestore()}
             ),
@@ -108,12 +101,21 @@ class Checkpointer:
 
     def read_meta(self, step: int | None = None) -> dict[str, Any]:
         """The meta dict of `step` (default: the latest) alone, without reading the state."""
-        self._manager.wait_until_finished()
-        step = self.latest_step() if step is None else step
-        if step is None or step not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}")
-        restored = self._manager.restore(int(step), args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))
+        restored = self._manager.restore(
+            self._existing_step(step), args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()})
+        )
         return dict(restored[_META])
+
+    def _existing_step(self, step: int | None) -> int:
+        """`step` (default: the latest) once pending saves are committed; FileNotFoundError if it is not there."""
+        self._manager.wait_until_finished()
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        elif step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; have {self.all_steps()}")
+        return int(step)
 
     def wait_until_finished(self) -> None:
         """Blocks until any background save has been committed."""

@@ -95,7 +95,7 @@ class MetricsWriter:
         row: dict[str, Any] = {"step": int(step), "time": time.time()}
         for key, value in metrics.items():
             row[str(key)] = _to_json_value(value)
-        line = json.dumps(row, allow_nan=False)
+        line = json.dumps(row, allow_nan=False)  # serialised even when inactive: every process fails alike
         if self._file is None:
             return row
         self._file.write(line + "\n")

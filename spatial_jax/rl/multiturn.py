@@ -29,11 +29,11 @@ import numpy as np
 from spatial_jax.data.pipeline import Batch
 from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.rewards.parse_harness import find_tool_call
+from spatial_jax.rl.distributed import to_host
 from spatial_jax.rl.rollouts import Completions, repeat_batch
 from spatial_jax.rl.tools import Tool, default_tools, run_call
 from spatial_jax.sampling.config import SamplingConfig
 from spatial_jax.sampling.sampler import decode, extend, prefill
-from spatial_jax.rl.distributed import to_host
 
 TOOL_TURN_PREFIX = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
 TOOL_TURN_SUFFIX = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"

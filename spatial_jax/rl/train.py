@@ -25,8 +25,8 @@ from spatial_jax.rewards.registry import get_method
 from spatial_jax.rl import rollouts as ro
 from spatial_jax.rl import step as st
 from spatial_jax.rl.checkpoint import Checkpointer
-from spatial_jax.rl.distributed import is_primary
 from spatial_jax.rl.config import TrainConfig, validate
+from spatial_jax.rl.distributed import is_primary
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar, plot_curves
 from spatial_jax.rl.multiturn import sample_multiturn
