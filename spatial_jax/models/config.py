@@ -110,6 +110,12 @@ class LoRAConfig:
         if unknown:
             raise ValueError(f"lora.vision_targets {unknown} unknown; choose from {LORA_VISION_TARGETS}")
 
+    def layer_kwargs(self, name: str, vision: bool = False) -> dict:
+        """LoRALinear adapter arguments for the projection `name` of the text (or vision) tower; {} = no adapter."""
+        rank, alpha, targets = ((self.vision_rank, self.vision_alpha, self.vision_targets) if vision
+                                else (self.rank, self.alpha, self.targets))
+        return dict(rank=rank, alpha=alpha, dropout=self.dropout) if rank > 0 and name in targets else {}
+
     @classmethod
     def spatialcore(cls, vision: bool = True) -> "LoRAConfig":
         """The paper's adapters (SpatialCORE Table 4)."""

@@ -42,13 +42,6 @@ class KVCache:
         return cls(keys=keys, values=values, mask=jnp.zeros((batch, max_len), jnp.int32))
 
 
-def _lora_kwargs(cfg: ModelConfig, name: str) -> dict:
-    lo = cfg.lora
-    if lo.rank > 0 and name in lo.targets:
-        return dict(rank=lo.rank, alpha=lo.alpha, dropout=lo.dropout)
-    return {}
-
-
 class TextAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         t = cfg.text
@@ -58,13 +51,13 @@ class TextAttention(nnx.Module):
         self.chunk = cfg.attention_chunk
         common = dict(use_bias=t.attention_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.q_proj = LoRALinear(t.hidden_size, self.num_heads * t.head_dim, axes=("embed", "heads"),
-                                 **common, **_lora_kwargs(cfg, "q_proj"))
+                                 **common, **cfg.lora.layer_kwargs("q_proj"))
         self.k_proj = LoRALinear(t.hidden_size, self.num_kv * t.head_dim, axes=("embed", "kv_heads"),
-                                 **common, **_lora_kwargs(cfg, "k_proj"))
+                                 **common, **cfg.lora.layer_kwargs("k_proj"))
         self.v_proj = LoRALinear(t.hidden_size, self.num_kv * t.head_dim, axes=("embed", "kv_heads"),
-                                 **common, **_lora_kwargs(cfg, "v_proj"))
+                                 **common, **cfg.lora.layer_kwargs("v_proj"))
         self.o_proj = LoRALinear(self.num_heads * t.head_dim, t.hidden_size, axes=("heads", "embed"),
-                                 **common, **_lora_kwargs(cfg, "o_proj"))
+                                 **common, **cfg.lora.layer_kwargs("o_proj"))
         self.q_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
                               param_dtype=cfg.param_dtype)
         self.k_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
@@ -95,11 +88,11 @@ class TextMLP(nnx.Module):
         t = cfg.text
         common = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.gate_proj = LoRALinear(t.hidden_size, t.intermediate_size, axes=("embed", "mlp"),
-                                    **common, **_lora_kwargs(cfg, "gate_proj"))
+                                    **common, **cfg.lora.layer_kwargs("gate_proj"))
         self.up_proj = LoRALinear(t.hidden_size, t.intermediate_size, axes=("embed", "mlp"),
-                                  **common, **_lora_kwargs(cfg, "up_proj"))
+                                  **common, **cfg.lora.layer_kwargs("up_proj"))
         self.down_proj = LoRALinear(t.intermediate_size, t.hidden_size, axes=("mlp", "embed"),
-                                    **common, **_lora_kwargs(cfg, "down_proj"))
+                                    **common, **cfg.lora.layer_kwargs("down_proj"))
 
     def __call__(self, x):
         h = jax.nn.silu(self.gate_proj(x)) * self.up_proj(x)

@@ -99,13 +99,6 @@ def prepare_vision_inputs(pixel_values, image_grid_thw, cfg: VisionConfig, *, pa
     )
 
 
-def _lora_kwargs(cfg: ModelConfig, name: str) -> dict:
-    lo = cfg.lora
-    if lo.vision_rank > 0 and name in lo.vision_targets:
-        return dict(rank=lo.vision_rank, alpha=lo.vision_alpha, dropout=lo.dropout)
-    return {}
-
-
 class VisionAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         v = cfg.vision
@@ -114,9 +107,9 @@ class VisionAttention(nnx.Module):
         self.chunk = cfg.attention_chunk
         common = dict(use_bias=True, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.qkv = LoRALinear(v.hidden_size, 3 * v.hidden_size, axes=("vision_embed", "vision_heads"),
-                              **common, **_lora_kwargs(cfg, "qkv"))
+                              **common, **cfg.lora.layer_kwargs("qkv", vision=True))
         self.proj = LoRALinear(v.hidden_size, v.hidden_size, axes=("vision_heads", "vision_embed"),
-                               **common, **_lora_kwargs(cfg, "proj"))
+                               **common, **cfg.lora.layer_kwargs("proj", vision=True))
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array) -> jax.Array:
         P = x.shape[0]
@@ -133,9 +126,9 @@ class VisionMLP(nnx.Module):
         v = cfg.vision
         common = dict(use_bias=True, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.linear_fc1 = LoRALinear(v.hidden_size, v.intermediate_size, axes=("vision_embed", "vision_mlp"),
-                                     **common, **_lora_kwargs(cfg, "linear_fc1"))
+                                     **common, **cfg.lora.layer_kwargs("linear_fc1", vision=True))
         self.linear_fc2 = LoRALinear(v.intermediate_size, v.hidden_size, axes=("vision_mlp", "vision_embed"),
-                                     **common, **_lora_kwargs(cfg, "linear_fc2"))
+                                     **common, **cfg.lora.layer_kwargs("linear_fc2", vision=True))
         self.approximate = v.hidden_act == "gelu_pytorch_tanh"
 
     def __call__(self, x: jax.Array) -> jax.Array:
