@@ -4,13 +4,16 @@ from setuptools import setup
 
 PACKAGES = [
     "spatial_jax",
+    "spatial_jax.cli",
     "spatial_jax.data",
     "spatial_jax.eval",
     "spatial_jax.models",
     "spatial_jax.reference",
     "spatial_jax.rewards",
+    "spatial_jax.methods",
     "spatial_jax.rl",
-    "spatial_jax.sampling",
+    "spatial_jax.rollout",
+    "spatial_jax.testing",
     "spatial_jax.kernels",
 ]
 

@@ -108,7 +108,7 @@ def measure(fns: dict, args, repeats: int) -> dict:
         try:
             compiled[name] = jax.jit(f).lower(*args).compile()
             jax.block_until_ready(compiled[name](*args))
-        except Exception as err:  # noqa: BLE001 - only out-of-memory is expected; anything else is re-raised
+        except Exception as err:
             if not _is_oom(err):
                 raise
             compiled.pop(name, None)
@@ -119,7 +119,7 @@ def measure(fns: dict, args, repeats: int) -> dict:
             start = time.perf_counter()
             try:
                 jax.block_until_ready(c(*args))
-            except Exception as err:  # noqa: BLE001 - as above
+            except Exception as err:
                 if not _is_oom(err):
                     raise
                 del compiled[name], times[name]
@@ -254,7 +254,7 @@ def markdown(result: dict) -> str:
         if "oom" in r:
             lines.append(f"| {r['n']} | {r['v']} | {r['mode']} | {r['impl']} | OOM | - | - | - | - | - | - |")
             continue
-        ratio = lambda key: f"{r[key]:.2f}x" if key in r else "-"  # noqa: E731
+        ratio = lambda key: f"{r[key]:.2f}x" if key in r else "-"
         lines.append(
             f"| {r['n']} | {r['v']} | {r['mode']} | {r['impl']} | {r['time_s']:.3f} | {ratio('time_vs_naive')} | "
             f"{ratio('time_vs_floor')} | {fmt_bytes(r['memory']['above_inputs'])} | "

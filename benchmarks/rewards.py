@@ -3,7 +3,7 @@
     python benchmarks/rewards.py [--n 10000] [--methods spatialcore,prosr] [--repeats 3]
 
 Rollouts come in groups of 4 with up to 3 predicted boxes each and digit-aware token entropies/offsets
-(spatial_jax.rewards.synthetic). Each backend scores the whole set and computes group advantages; the default
+(spatial_jax.testing.rollouts). Each backend scores the whole set and computes group advantages; the default
 backend is timed once cold (includes jit compilation) and then warm (best of --repeats); the reference once.
 Writes benchmarks/out/rewards.json and prints a table.
 """
@@ -29,10 +29,10 @@ def _timed(fn) -> tuple[float, object]:
 def bench_method(name: str, n: int, repeats: int, seed: int) -> dict:
     import numpy as np
 
+    from spatial_jax.methods import get_method
     from spatial_jax.reference import advantages_torch
-    from spatial_jax.rewards import synthetic
+    from spatial_jax.testing import rollouts as synthetic
     from spatial_jax.rewards.advantages import advantages_by_group
-    from spatial_jax.rewards.registry import get_method
 
     method = get_method(name)
     cfg = method.config()
@@ -41,12 +41,12 @@ def bench_method(name: str, n: int, repeats: int, seed: int) -> dict:
 
     def default():
         scores = method.score_batch(rollouts, cfg)
-        return scores, advantages_by_group([s["reward"] for s in scores], groups, cfg.adv_eps, cfg.adv_std)
+        return scores, advantages_by_group([s["reward"] for s in scores], groups, cfg.advantage.eps, cfg.advantage.std)
 
     def reference():
         scores = method.reference_score_batch(rollouts, cfg)
-        return scores, advantages_torch.advantages_by_group([s["reward"] for s in scores], groups, cfg.adv_eps,
-                                                            cfg.adv_std)
+        return scores, advantages_torch.advantages_by_group([s["reward"] for s in scores], groups, cfg.advantage.eps,
+                                                            cfg.advantage.std)
 
     cold, _ = _timed(default)
     warm = min(_timed(default)[0] for _ in range(repeats))

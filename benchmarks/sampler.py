@@ -86,7 +86,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from spatial_jax.sampling import SamplingConfig, generate
+    from spatial_jax.rollout import SamplingConfig, generate
 
     cfg, hf, model, ids, mask, pv, grid = build(args.vocab, args.batch, args.seed)
     default_threads = torch.get_num_threads()

@@ -218,7 +218,7 @@ def _gpu(out_path: Path, device: str) -> None:
             print(f"N={n} {mode}: {times}", flush=True)
         result["cases"].append(case)
         _write(out_path, result)  # a later case may run out of time: keep what is measured
-        del h, w, targets
+        h = w = targets = None  # frees the device memory before the next shape
     _write(out_path, result)
     _table(result)
 

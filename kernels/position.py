@@ -10,9 +10,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from spatial_jax.rewards.uncertainty import box_uncertainty_from_digits
-
 from . import fused, naive
+from .uncertainty import box_uncertainty_from_digits
 
 
 def _flat_rows(h: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

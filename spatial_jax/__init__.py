@@ -10,4 +10,4 @@ _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "kernels", "__init__.py")) and not _os.path.isdir(
     _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "kernels")
 ):
-    __path__.append(_root)  # noqa: F821 (package __path__)
+    __path__.append(_root)

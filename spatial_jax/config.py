@@ -11,8 +11,9 @@ import json
 import tomllib
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -10,8 +10,9 @@ import pytest
 from spatial_jax.data import pipeline as P
 from spatial_jax.data import synthetic
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens
+from spatial_jax.data.prompts import HARNESS, SCENE_GRAPH, THINK_BOXES
 from spatial_jax.data.jsonl import read_jsonl, write_jsonl
-from spatial_jax.data.records import DatasetError, Sample
+from spatial_jax.data.sample import DatasetError, Sample
 from spatial_jax.data.tokenizer import build_tokenizer
 
 IMG = ImageProcessingConfig(min_pixels=32 * 32, max_pixels=96 * 96)
@@ -88,7 +89,7 @@ def test_gold_forms_resolve_to_letters():
 
 def _check_batch(batch, tok, bs, sft=False):
     b, width = batch.input_ids.shape
-    assert b == bs and width in P.PipelineConfig().bucket_lengths
+    assert b == bs and width in P.DataConfig().bucket_lengths
     assert batch.input_ids.dtype == np.int32 and batch.attention_mask.shape == (b, width)
     assert batch.image_grid_thw.shape == (b, 3)
     assert batch.pixel_values.shape == (int(batch.image_grid_thw.prod(-1).sum()), 3 * 2 * 16 * 16)
@@ -108,8 +109,8 @@ def _check_batch(batch, tok, bs, sft=False):
 
 
 def test_batches_shapes_and_contents(tok, source):
-    cfg = P.PipelineConfig(batch_size=4, bucket_lengths=(64, 256, 512, 1024, 2048, 4096))
-    ds = P.make_dataset(source, tok, cfg, IMG)
+    cfg = P.DataConfig(bucket_lengths=(64, 256, 512, 1024, 2048, 4096))
+    ds = P.make_dataset(source, tok, cfg, THINK_BOXES, 4, image_cfg=IMG)
     batch = ds[0]
     _check_batch(batch, tok, 4)
     longest = int(batch.attention_mask.sum(-1).max())
@@ -118,8 +119,7 @@ def test_batches_shapes_and_contents(tok, source):
 
 
 def test_sft_loss_mask_covers_the_reference(tok, source):
-    cfg = P.PipelineConfig(batch_size=3, mode="sft", method="spatialthinker")
-    batch = P.make_dataset(source, tok, cfg, IMG)[1]
+    batch = P.make_dataset(source, tok, P.DataConfig(), SCENE_GRAPH, 3, mode="sft", image_cfg=IMG)[1]
     for i, rec in enumerate(batch.records):
         target = batch.input_ids[i][batch.loss_mask[i] == 1]
         assert tok.decode(target) == rec.reference["spatialthinker"] + "<|im_end|>"
@@ -133,7 +133,7 @@ def test_missing_image_size_is_read_from_the_image(tok, source):
     import dataclasses
 
     bare = dataclasses.replace(source[0], image_size=None)
-    ex = P.encode_sample(bare, tok, "spatialthinker", "rl", IMG)
+    ex = P.encode_sample(bare, tok, SCENE_GRAPH, "rl", IMG)
     assert ex.sample.image_size == (64, 64) and "Image size: (64 x 64)" in tok.decode(ex.input_ids)
     assert ex.prompt_length == len(ex.input_ids)
 
@@ -143,24 +143,24 @@ def _ids(batches):
 
 
 def test_deterministic_order_and_resume(tok, source):
-    cfg = P.PipelineConfig(batch_size=4, seed=3)
-    first = P.make_iterator(source, tok, cfg, IMG)
+    cfg = P.DataConfig(seed=3)
+    first = P.make_iterator(source, tok, cfg, THINK_BOXES, 4, image_cfg=IMG)
     run = [next(first) for _ in range(8)]  # 32 rows: crosses into the second epoch of 24 samples
-    again = P.make_iterator(source, tok, cfg, IMG)
+    again = P.make_iterator(source, tok, cfg, THINK_BOXES, 4, image_cfg=IMG)
     assert _ids(run) == _ids([next(again) for _ in range(8)])
     epoch1 = [r.id for b in run[:6] for r in b.records]
     assert sorted(epoch1) == sorted(s.id for s in source), "one epoch visits every sample once"
     assert epoch1 != [s.id for s in source]
-    other = P.make_iterator(source, tok, P.PipelineConfig(batch_size=4, seed=4), IMG)
+    other = P.make_iterator(source, tok, P.DataConfig(seed=4), THINK_BOXES, 4, image_cfg=IMG)
     assert _ids([next(other) for _ in range(2)]) != _ids(run[:2])
 
-    it = P.make_iterator(source, tok, cfg, IMG)
+    it = P.make_iterator(source, tok, cfg, THINK_BOXES, 4, image_cfg=IMG)
     for _ in range(5):
         next(it)
     state = it.get_state()
     assert json.loads(json.dumps(state)) == state
     expected = next(it)
-    resumed = P.make_iterator(source, tok, cfg, IMG)
+    resumed = P.make_iterator(source, tok, cfg, THINK_BOXES, 4, image_cfg=IMG)
     resumed.set_state(state)
     got = next(resumed)
     assert _ids([got]) == _ids([expected]) == _ids(run[5:6])
@@ -168,19 +168,19 @@ def test_deterministic_order_and_resume(tok, source):
 
 
 def test_finite_epochs_and_overlong_rows(tok, source):
-    cfg = P.PipelineConfig(batch_size=5, num_epochs=1, drop_remainder=False, shuffle=False)
-    batches = list(P.make_iterator(source[:7], tok, cfg, IMG))
+    batches = list(P.make_iterator(source[:7], tok, P.DataConfig(), THINK_BOXES, 5, num_epochs=1,
+                                   drop_remainder=False, shuffle=False, image_cfg=IMG))
     assert [len(b.records) for b in batches] == [5, 2]
     assert [r.id for b in batches for r in b.records] == [s.id for s in source[:7]]
-    short = P.PipelineConfig(batch_size=2, bucket_lengths=(64,))
+    short = P.DataConfig(bucket_lengths=(64,))
     with pytest.raises(DatasetError, match="largest bucket \\(64\\)"):
-        P.make_dataset(source, tok, short, IMG)[0]
+        P.make_dataset(source, tok, short, THINK_BOXES, 2, image_cfg=IMG)[0]
     with pytest.raises(DatasetError, match="empty"):
-        P.make_dataset([], tok, short, IMG)
+        P.make_dataset([], tok, short, THINK_BOXES, 2, image_cfg=IMG)
     with pytest.raises(ValueError, match="increasing"):
-        P.PipelineConfig(bucket_lengths=(512, 256))
-    with pytest.raises(ValueError, match="unknown method"):
-        P.PipelineConfig(method="grpo")
+        P.DataConfig(bucket_lengths=(512, 256))
+    with pytest.raises(ValueError, match="mode"):
+        P.make_dataset(source, tok, short, THINK_BOXES, 2, mode="grpo")
 
 
 def test_open_source_and_gen_data_cli(tok, tmp_path):
@@ -198,7 +198,7 @@ def test_open_source_and_gen_data_cli(tok, tmp_path):
     assert train[0].to_json("x") == direct.to_json("x")
     syn_src = P.open_source("synthetic:heldout:3", CFG)
     assert len(syn_src) == 3 and syn_src[2].id == "heldout-000002"
-    batch = P.make_dataset(train, tok, P.PipelineConfig(batch_size=2), IMG)[0]
+    batch = P.make_dataset(train, tok, P.DataConfig(), THINK_BOXES, 2, image_cfg=IMG)[0]
     _check_batch(batch, tok, 2)
     assert main(["gen-data", "--out", str(tmp_path), "--corrupt-fraction", "2"]) == 2
     with pytest.raises(DatasetError, match="synthetic:<train\\|heldout>"):
@@ -206,7 +206,7 @@ def test_open_source_and_gen_data_cli(tok, tmp_path):
 
 
 def test_blank_batch_keeps_prompts(tok, source):
-    batch = P.make_dataset(source, tok, P.PipelineConfig(batch_size=2, method="prosr"), IMG)[0]
+    batch = P.make_dataset(source, tok, P.DataConfig(), THINK_BOXES, 2, image_cfg=IMG)[0]
     for fill, value in (("mean", None), ("black", -1.0), ("white", 1.0)):
         blank = P.blank_batch(batch, fill, IMG)
         assert np.array_equal(blank.input_ids, batch.input_ids) and blank.records == batch.records
@@ -229,15 +229,15 @@ def test_data_config_and_iterators(tok):
     data = load(P.DataConfig, overrides=["train=synthetic:train:6", "eval=synthetic:heldout:5", "synthetic.width=64",
                                          "synthetic.height=64", "bucket_lengths=[512,1024]"])
     assert data.synthetic.width == 64 and data.bucket_lengths == (512, 1024)
-    it = P.train_iterator(data, tok, "spatialcore", 4, image_cfg=IMG)
+    it = P.train_iterator(data, tok, THINK_BOXES, 4, image_cfg=IMG)
     first = next(it)
     assert first.input_ids.shape == (4, 512)
-    batches = list(P.eval_iterator(data, tok, "allospatial", 2, image_cfg=IMG))
+    batches = list(P.eval_iterator(data, tok, HARNESS, 2, image_cfg=IMG))
     assert [r.id for b in batches for r in b.records] == [f"heldout-{i:06d}" for i in range(5)]
     # the SFT cold start reads its own source when one is set, RL keeps data.train
     split = dataclasses.replace(data, sft_train="synthetic:heldout:4")
-    sft_ids = {r.id for r in next(P.train_iterator(split, tok, "spatialcore", 4, mode="sft", image_cfg=IMG)).records}
-    rl_ids = {r.id for r in next(P.train_iterator(split, tok, "spatialcore", 4, image_cfg=IMG)).records}
+    sft_ids = {r.id for r in next(P.train_iterator(split, tok, THINK_BOXES, 4, mode="sft", image_cfg=IMG)).records}
+    rl_ids = {r.id for r in next(P.train_iterator(split, tok, THINK_BOXES, 4, image_cfg=IMG)).records}
     assert all(i.startswith("heldout-") for i in sft_ids) and all(i.startswith("train-") for i in rl_ids)
     with pytest.raises(ConfigError):
         load(P.DataConfig, overrides=["bucket_lengths=[512,256]"])

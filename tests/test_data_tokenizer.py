@@ -85,20 +85,23 @@ def test_special_ids(tok):
 
 @pytest.mark.parametrize("method", ["spatialcore", "spatialthinker", "allospatial"])
 def test_chat_template(tok, method):
+    from spatial_jax.methods import get_method
+
+    fmt = get_method(method).prompt
     s = synthetic.make_sample(synthetic.SyntheticConfig(), "heldout", 1, render_image=False)
-    text = tok.apply_chat_template(prompts.build_messages(s, method), [13], enable_thinking=prompts.thinking(method))
+    text = tok.apply_chat_template(prompts.build_messages(s, fmt), [13], enable_thinking=fmt.thinking)
     ids = tok.encode(text)
     assert ids.count(tok.image_pad_id) == 13
     v0 = ids.index(tok.vision_start_id)
     assert ids[v0 + 1 : v0 + 14] == [tok.image_pad_id] * 13 and ids[v0 + 14] == tok.vision_end_id
-    assert text.startswith("<|im_start|>system\n" + prompts.SYSTEM_PROMPTS[method] + "<|im_end|>\n<|im_start|>user\n")
+    assert text.startswith("<|im_start|>system\n" + fmt.system + "<|im_end|>\n<|im_start|>user\n")
     tail = "<|im_start|>assistant\n" + ("<think>\n" if method == "spatialcore" else "")
-    assert "<|vision_end|>" + prompts.user_text(s, method) + "<|im_end|>\n" in text
+    assert "<|vision_end|>" + prompts.user_text(s, fmt) + "<|im_end|>\n" in text
     assert text.endswith(tail) and text.count("<|im_start|>") == 3
     if method == "spatialthinker":
         assert "Image size: (96 x 96)" in text
     with pytest.raises(ValueError, match="placeholder"):
-        tok.apply_chat_template(prompts.build_messages(s, method), [4, 4])
+        tok.apply_chat_template(prompts.build_messages(s, fmt), [4, 4])
 
 
 def test_save_load_and_deterministic_vocab(tok, tmp_path):

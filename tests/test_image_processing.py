@@ -8,12 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from spatial_jax.data.image_processing import (
-    ImageProcessingConfig,
-    num_image_tokens,
-    preprocess,
-    smart_resize,
-)
+from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess, smart_resize
 
 TOL = 1e-6
 

@@ -13,8 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from spatial_jax.kernels import IMPLS, coordinate_uncertainty, linear_logprob_entropy, position_entropy, resolve_impl
-from spatial_jax.kernels import torch_reference, xla
+from spatial_jax.kernels import (
+    IMPLS,
+    coordinate_uncertainty,
+    linear_logprob_entropy,
+    position_entropy,
+    resolve_impl,
+    torch_reference,
+    xla,
+)
 
 TOL = {jnp.float32: 1e-4, jnp.bfloat16: 2e-2}
 

@@ -7,9 +7,9 @@ array with nan, so a vocabulary tail that is not masked to -inf fails these test
 
 import jax.numpy as jnp
 import pytest
+from test_kernels_jax import TOL, assert_parity, jax_outputs, make_case, torch_expected
 
 from spatial_jax.kernels import linear_logprob_entropy, pallas
-from test_kernels_jax import TOL, assert_parity, jax_outputs, make_case, torch_expected
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from spatial_jax.kernels.torch_reference import logprob_entropy  # noqa: E402
-from spatial_jax.kernels.triton_entropy import linear_logprob_entropy_triton  # noqa: E402
+from spatial_jax.kernels.torch_reference import logprob_entropy
+from spatial_jax.kernels.triton_entropy import linear_logprob_entropy_triton
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 SMALL_BLOCKS = dict(block_n=16, block_v=64, block_d=16)

@@ -195,10 +195,7 @@ def test_safetensors_roundtrip_bf16(tmp_path):
 
 
 def test_vision_metadata_matches_hf_helpers():
-    from transformers.vision_utils import (
-        get_vision_interpolation_indices_and_weights,
-        get_vision_position_ids,
-    )
+    from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_position_ids
 
     cfg = ModelConfig.from_hf(json.loads(hf_model("untied_gqa4").config.to_json_string())).vision
     grids = np.array([[1, 4, 6], [2, 2, 2], [1, 8, 4]])

@@ -41,17 +41,17 @@ def _env(devices: int, **extra: str) -> dict[str, str]:
 
 
 def _params(run_dir: Path):
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.workspace import Workspace
 
-    job = Job(C.load(TrainConfig, None, [f"run_dir={run_dir}", *JOB]), record_config=False)
+    job = Workspace(C.load(TrainConfig, None, [f"run_dir={run_dir}", *JOB]))
     assert job.load_latest() == "rl"
     return jax.tree.map(np.asarray, job.trainable)
 
 
 def _initial_params(tmp_path: Path):
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.workspace import Workspace
 
-    job = Job(C.load(TrainConfig, None, [f"run_dir={tmp_path / 'fresh'}", *JOB]), record_config=False)
+    job = Workspace(C.load(TrainConfig, None, [f"run_dir={tmp_path / 'fresh'}", *JOB]))
     return jax.tree.map(np.asarray, job.trainable)
 
 

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spatial_jax.config import ConfigError, apply_overrides
+from spatial_jax.records import Rollout, TokenTrace
 from spatial_jax.reference import allospatial_torch
 from spatial_jax.rewards import allospatial as al
 from spatial_jax.rewards import parse_harness as ph
-from spatial_jax.rewards.records import Rollout, TokenTrace
 
 CFG = al.AlloSpatialConfig()
 MAP_ARGS = {"categories": ["towel", "fridge"], "knowledge_type": "landmark", "output_format": "rectangle",
@@ -197,7 +197,7 @@ def test_generated_tokens_exclude_tool_output():
     text = "Step1: a <tool_response>xx yy</tool_response> b"
     start = text.index("<tool_response>")
     offsets = ((0, 5), (5, 8), (start, start + 20), (start + 20, len(text) - 2), (len(text) - 2, len(text)))
-    from spatial_jax.rewards.records import TokenTrace
+    from spatial_jax.records import TokenTrace
     r = Rollout(id="r", completion=text, trace=TokenTrace(entropies=(0.0,) * 5, offsets=offsets))
     assert al.generated_tokens(r) == 3  # the two tokens inside the response are tool output
     # Estimate: "Step", "1", ":", "a", "b".

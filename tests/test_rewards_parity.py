@@ -9,17 +9,25 @@ import numpy as np
 import pytest
 import torch
 
+from spatial_jax.kernels.uncertainty import box_uncertainty_from_digits
 from spatial_jax.reference import advantages_torch, geometry_torch, prosr_torch, spatialcore_torch
-from spatial_jax.rewards import geometry, synthetic
+from spatial_jax.rewards import geometry
+from spatial_jax.testing import rollouts as synthetic
 from spatial_jax.rewards._host import host_float64
 from spatial_jax.rewards.advantages import advantages_by_group, group_advantages
-from spatial_jax.rewards.prosr import ProSRConfig, l1_normalise, resample, segment_bounds, segment_means
+from spatial_jax.rewards.prosr import (
+    ProSRConfig,
+    l1_normalise,
+    resample,
+    segment_bounds,
+    segment_means,
+    trajectory_similarity,
+)
 from spatial_jax.rewards.prosr import score_batch as prosr_main
-from spatial_jax.rewards.prosr import trajectory_similarity
 from spatial_jax.rewards.spatialcore import SpatialCOREConfig, f_alpha, match, pair_rewards, precision, recall
 from spatial_jax.rewards.spatialcore import score_batch as spatialcore_main
 from spatial_jax.rewards.text import label_similarity
-from spatial_jax.rewards.uncertainty import box_uncertainty_from_digits, digit_token_positions, pack_box_digits
+from spatial_jax.rewards.uncertainty import digit_token_positions, pack_box_digits
 
 TOL = 1e-6
 N = 1000
@@ -210,7 +218,7 @@ def test_prosr_score_parity():
 
 
 def test_edge_case_parity():
-    from spatial_jax.rewards.records import BlankRollout, GTBox, Rollout, TokenTrace
+    from spatial_jax.records import BlankRollout, GTBox, Rollout, TokenTrace
 
     line = '{"bbox_2d": [5, 5, 5, 9], "label": ""}\n{"bbox_2d": [0, 0, 1000, 1000], "label": "car"}\n'
     cases = [

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from spatial_jax.eval import prosr_diagnostics as diag
+from spatial_jax.records import BlankRollout, Rollout, TokenTrace
 from spatial_jax.rewards._host import host_float64
 from spatial_jax.rewards.prosr import (
     ProSRConfig,
@@ -18,7 +19,6 @@ from spatial_jax.rewards.prosr import (
     segment_means,
     trajectory_similarity,
 )
-from spatial_jax.rewards.records import BlankRollout, Rollout, TokenTrace
 
 
 def traced(span_entropies, tail="</think>\nB"):
@@ -122,7 +122,7 @@ def test_validity_safeguards():
 
 
 def test_batch_equals_single_and_overrides():
-    from spatial_jax.rewards import synthetic
+    from spatial_jax.testing import rollouts as synthetic
 
     ros = synthetic.rollouts(12, seed=5, with_blank=True)
     cfg = ProSRConfig(resample_len=16, margin=0.05)

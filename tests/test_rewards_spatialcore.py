@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from spatial_jax.config import ConfigError, apply_overrides
-from spatial_jax.rewards import synthetic
-from spatial_jax.rewards.advantages import group_advantages_jit as group_advantages
+from spatial_jax.kernels.uncertainty import LN10
+from spatial_jax.methods import get_method
+from spatial_jax.records import GTBox, Rollout, TokenTrace
+from spatial_jax.testing import rollouts as synthetic
 from spatial_jax.rewards.advantages import advantages_by_group
+from spatial_jax.rewards.advantages import group_advantages_jit as group_advantages
 from spatial_jax.rewards.parse_think import answer_letter, parse_think, resolve_gold
-from spatial_jax.rewards.records import GTBox, Rollout, TokenTrace
-from spatial_jax.rewards.registry import get_method
 from spatial_jax.rewards.spatialcore import SpatialCOREConfig, f_alpha, score, score_batch
-from spatial_jax.rewards.uncertainty import LN10
 
 CFG = SpatialCOREConfig()
 OPTIONS = ("A. the sedan is left", "B. a man on the left")

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spatial_jax.config import ConfigError, apply_overrides
+from spatial_jax.records import RecordError, Rollout
 from spatial_jax.reference import spatialthinker_torch as ref_torch
 from spatial_jax.rewards import parse_scene as ps
 from spatial_jax.rewards import spatialthinker as stk
-from spatial_jax.rewards.records import GTBox, RecordError, Rollout
 
 CFG = stk.SpatialThinkerConfig()
 REF_SCENE = {

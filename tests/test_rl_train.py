@@ -19,6 +19,7 @@ from spatial_jax.cli import main
 from spatial_jax.rl.checkpoint import Checkpointer
 from spatial_jax.rl.config import TrainConfig, validate
 from spatial_jax.rl.optim import make_optimizer
+from spatial_jax.rl.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["tiny_cpu", "spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_7b", "allospatial_4b"]
@@ -94,19 +95,19 @@ def _params(job):
 
 
 def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.train import Trainer
 
     lr = "rl.optim.warmup_ratio=0.0"  # the first update must move the weights for the comparison to mean anything
-    one = Job(tiny(tmp_path / "one", "rl.prompts_per_step=4", "rl.group_size=2", lr))
-    sharded = Job(tiny(tmp_path / "mesh", "rl.prompts_per_step=4", "rl.group_size=2", lr, "mesh.data=2", "mesh.fsdp=2",
-                       "mesh.tensor=2"))
+    one = Trainer(tiny(tmp_path / "one", "rl.prompts_per_step=4", "rl.group_size=2", lr))
+    sharded = Trainer(tiny(tmp_path / "mesh", "rl.prompts_per_step=4", "rl.group_size=2", lr, "mesh.data=2",
+                           "mesh.fsdp=2", "mesh.tensor=2"))
     assert len(sharded.mesh.devices.flat) == 8
     from spatial_jax.data.pipeline import train_iterator
 
-    batch = next(train_iterator(one.cfg.data, one.tok, "spatialcore", 4, image_cfg=one.policy.image_cfg))
+    batch = next(train_iterator(one.cfg.data, one.tok, one.method.prompt, 4, image_cfg=one.policy.image_cfg))
     sampling = dataclasses.replace(one.cfg.rl.sampling, stop_token_ids=(one.tok.im_end_id,), pad_token_id=one.tok.pad_id)
     with jax.set_mesh(one.mesh):
-        comps, _ = one.collect(0, batch, sampling)
+        comps = one.collect(0, batch, sampling).completions
     adv = np.linspace(-1.0, 1.0, len(comps.texts)).astype(np.float32)  # fixed, non-trivial advantages
     results = []
     for job in (one, sharded):
@@ -118,22 +119,23 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     assert np.isfinite(loss1) and abs(loss1 - loss8) <= 1e-5
     diffs = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), p1, p8))
     assert max(diffs) <= 1e-5
-    moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), p1, _params(Job(tiny(tmp_path / "fresh")))))
+    fresh = _params(Workspace(tiny(tmp_path / "fresh")))
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), p1, fresh))
     assert max(moved) > 0  # the update changed the parameters
 
 
 def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
     """Two accumulated micro-batches, each divided by the whole batch's token count, equal one full-batch step."""
     from spatial_jax.data.pipeline import train_iterator
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.train import Trainer
 
     lr = "rl.optim.warmup_ratio=0.0"
-    full = Job(tiny(tmp_path / "full", "rl.prompts_per_step=2", "rl.group_size=2", lr))
-    split = Job(tiny(tmp_path / "split", "rl.prompts_per_step=2", "rl.group_size=2", "rl.micro_batch=2", lr))
-    batch = next(train_iterator(full.cfg.data, full.tok, "spatialcore", 2, image_cfg=full.policy.image_cfg))
+    full = Trainer(tiny(tmp_path / "full", "rl.prompts_per_step=2", "rl.group_size=2", lr))
+    split = Trainer(tiny(tmp_path / "split", "rl.prompts_per_step=2", "rl.group_size=2", "rl.micro_batch=2", lr))
+    batch = next(train_iterator(full.cfg.data, full.tok, full.method.prompt, 2, image_cfg=full.policy.image_cfg))
     sampling = dataclasses.replace(full.cfg.rl.sampling, stop_token_ids=(full.tok.im_end_id,),
                                    pad_token_id=full.tok.pad_id)
-    comps, _ = full.collect(0, batch, sampling)
+    comps = full.collect(0, batch, sampling).completions
     adv = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
     params = []
     for job in (full, split):
@@ -152,9 +154,9 @@ def test_full_finetuning_kl_reference_is_the_rl_starting_policy(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["loss/kl_ref"] == pytest.approx(0.0, abs=1e-6)  # nothing has moved yet
     assert rows[2]["loss/kl_ref"] > 0  # the policy moved away from its frozen copy
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.train import Trainer
 
-    job = Job(tiny(tmp_path, "rl.steps=3", "rl.loss.kl_coef=0.05"), record_config=False)
+    job = Workspace(tiny(tmp_path, "rl.steps=3", "rl.loss.kl_coef=0.05"))
     assert job.load_latest() == "rl" and job.reference is not None  # checkpointed with the run
 
 
@@ -193,9 +195,9 @@ def test_each_method_runs_tiny_steps(method, extra, tmp_path):
 
 
 def _final_params(run_dir: Path, steps: int):
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.train import Trainer
 
-    job = Job(C.load(TrainConfig, None, [f"run_dir={run_dir}", *RESUME, f"rl.steps={steps}"]))
+    job = Workspace(C.load(TrainConfig, None, [f"run_dir={run_dir}", *RESUME, f"rl.steps={steps}"]))
     assert job.load_latest() == "rl"
     return _params(job)
 
@@ -233,7 +235,7 @@ def test_sigkilled_run_resumes_to_the_same_parameters(tmp_path):
 
 
 def test_cluster_is_joined_only_when_the_environment_asks():
-    from spatial_jax.rl import distributed
+    from spatial_jax import distributed
 
     assert not distributed.cluster_requested({})
     assert not distributed.cluster_requested({"SLURM_NTASKS": "1", "TPU_WORKER_HOSTNAMES": "host0"})
@@ -255,19 +257,19 @@ def test_grpo_update_moves_sequences_the_advantages_way(tmp_path):
 
     from spatial_jax.data.pipeline import train_iterator
     from spatial_jax.rewards.advantages import group_advantages
-    from spatial_jax.rl import rollouts as ro
     from spatial_jax.rl import step as st
     from spatial_jax.rl.optim import make_optimizer
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.train import Trainer
+    from spatial_jax.rollout import completions as ro
 
-    job = Job(tiny(tmp_path, "rl.group_size=8", "rl.prompts_per_step=2", "rl.optim.lr=3e-3",
+    job = Trainer(tiny(tmp_path, "rl.group_size=8", "rl.prompts_per_step=2", "rl.optim.lr=3e-3",
                    "rl.optim.warmup_ratio=0", "rl.optim.min_lr=3e-3", "rl.steps=2"))
     half = job.policy.model.cfg.text.vocab_size // 2
     tx = make_optimizer(job.optim_config("rl"))
     opt_state = tx.init(job.trainable)
     sampling = dataclasses.replace(job.cfg.rl.sampling, stop_token_ids=(job.tok.im_end_id,),
                                    pad_token_id=job.tok.pad_id)
-    it = train_iterator(job.cfg.data, job.tok, "spatialcore", 2, image_cfg=job.policy.image_cfg)
+    it = train_iterator(job.cfg.data, job.tok, job.method.prompt, 2, image_cfg=job.policy.image_cfg)
 
     def sequence_logp(comps):
         seq = st.make_seq_batch(job.policy.model.cfg, comps.prompt_ids, comps.prompt_mask, comps.tokens, comps.mask,

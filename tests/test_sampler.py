@@ -17,9 +17,9 @@ from flax import nnx
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
 from spatial_jax.models import ModelConfig, Qwen3VL, prepare_vision_inputs
 from spatial_jax.models.hf_io import from_pretrained
-from spatial_jax.sampling import SamplingConfig, decode, extend, generate, prefill
-from spatial_jax.sampling import logits as lg
-from spatial_jax.sampling import sampler as sampler_mod
+from spatial_jax.rollout import SamplingConfig, decode, extend, generate, prefill
+from spatial_jax.rollout import logits as lg
+from spatial_jax.rollout import sampler as sampler_mod
 
 TOL = 1e-4
 VOCAB = 128
@@ -163,7 +163,7 @@ def batch(tiny):
     n_img = num_image_tokens(grid, cfg.vision.spatial_merge_size)
     assert n_img[0] != n_img[1]
     rng = np.random.default_rng(1)
-    text = lambda n: [int(t) for t in rng.integers(1, 100, n)]  # noqa: E731
+    text = lambda n: [int(t) for t in rng.integers(1, 100, n)]
     rows = [text(2) + _image_span(cfg, int(n_img[0])) + text(3),
             text(1) + _image_span(cfg, int(n_img[1])) + text(1),
             text(5)]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from spatial_jax.cli import main
-from spatial_jax.rewards import synthetic
+from spatial_jax.testing import rollouts as synthetic
 
 
 def write(path, objs, extra_lines=()):
@@ -59,7 +59,7 @@ def test_prosr_torch_backend_matches_default_and_overrides(tmp_path, rollouts, c
     for backend in ("default", "torch"):
         out = tmp_path / f"{backend}.jsonl"
         assert main(["score", "--method", "prosr", "--input", path, "--output", str(out), "--backend", backend,
-                     "tau_cf=0.2", "resample_len=32"]) == 0
+                     "rewards.prosr.tau_cf=0.2", "rewards.prosr.resample_len=32"]) == 0
         results[backend] = read(out)
     for a, b in zip(results["default"], results["torch"]):
         assert a.keys() == b.keys()
@@ -75,15 +75,17 @@ def test_override_changes_the_score(tmp_path, rollouts):
     for beta in ("0.1", "1.0"):
         out = tmp_path / f"b{beta}.jsonl"
         assert main(["score", "--method", "spatialcore", "--input", path, "--output", str(out),
-                     f"beta={beta}"]) == 0
+                     f"rewards.spatialcore.beta={beta}"]) == 0
         means.append(sum(r["precision"] for r in read(out)))
     assert means[1] > means[0]  # beta = 1 removes the confidence discount
 
 
 @pytest.mark.parametrize("argv,needle", [
     (["--method", "nope"], "unknown method"),
-    (["--method", "spatialcore", "bogus_key=1"], "bogus_key"),
-    (["--method", "spatialcore", "beta=high"], "beta"),
+    (["--method", "spatialcore", "rewards.spatialcore.bogus_key=1"], "bogus_key"),
+    (["--method", "spatialcore", "rewards.spatialcore.beta=high"], "beta"),
+    (["--method", "spatialcore", "beta=0.5"], "rewards.spatialcore.<name>=value"),
+    (["--method", "spatialcore", "rewards.prosr.tau_cf=0.5"], "rewards.spatialcore.<name>=value"),
     (["--method", "spatialcore", "--backend", "cuda"], "unknown backend"),
     (["--method", "spatialcore", "novalue"], "key=value"),
 ])
@@ -99,7 +101,7 @@ def test_missing_input_file(tmp_path, capsys):
 
 
 def test_registry_resolves_every_method():
-    from spatial_jax.rewards.registry import METHODS
+    from spatial_jax.methods import METHODS
 
     assert sorted(METHODS) == ["allospatial", "prosr", "spatialcore", "spatialthinker"]
     for name, method in METHODS.items():
@@ -110,7 +112,7 @@ def test_registry_resolves_every_method():
 
 
 def test_records_reject_negative_offsets_and_absurd_entropies():
-    from spatial_jax.rewards.records import RecordError, Rollout
+    from spatial_jax.records import RecordError, Rollout
 
     base = {"id": "r", "completion": "ab</think>B", "token_entropies": [0.1, 0.2], "token_offsets": [[0, 1], [1, 2]]}
     assert Rollout.from_json(base).trace.offsets == ((0, 1), (1, 2))

@@ -15,6 +15,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from spatial_jax.data import prompts, synthetic
+from spatial_jax.methods import METHODS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=96)
     p.add_argument("--scale", type=int, default=3, help="upscale factor of the sheet")
     p.add_argument("--corrupt-fraction", type=float, default=0.0)
-    p.add_argument("--method", default="spatialcore", choices=sorted(prompts.SYSTEM_PROMPTS))
+    p.add_argument("--method", default="spatialcore", choices=sorted(METHODS))
     args = p.parse_args(argv)
     cfg = synthetic.SyntheticConfig(
         width=args.size,
@@ -48,11 +49,14 @@ def main(argv: list[str] | None = None) -> int:
             draw.rectangle([c * k for c in o["bbox"]], outline=(0, 0, 0))
         for b in s.gt_boxes:
             x1, y1, x2, y2 = b.bbox
-            box = [x1 * cfg.width * k / 1000, y1 * cfg.height * k / 1000, x2 * cfg.width * k / 1000, y2 * cfg.height * k / 1000]
+            sx, sy = cfg.width * k / 1000, cfg.height * k / 1000
+            box = [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
             draw.rectangle(box, outline=(220, 0, 220), width=1 + int(2 * b.validity))
         tiles.append(im)
-        lines += [f"== {s.id} [{s.category}] gold {s.answer}", prompts.user_text(s, args.method),
-                  f"corruption: {[r['kind'] for r in s.meta['corruption']]}", "-- target:", s.reference[args.method], ""]
+        fmt = METHODS[args.method].prompt
+        lines += [f"== {s.id} [{s.category}] gold {s.answer}", prompts.user_text(s, fmt),
+                  f"corruption: {[r['kind'] for r in s.meta['corruption']]}", "-- target:", s.reference[fmt.reference_key],
+                  ""]
     cols = min(4, len(tiles))
     rows = (len(tiles) + cols - 1) // cols
     sheet = Image.new("RGB", (cols * cfg.width * k, rows * cfg.height * k), (255, 255, 255))

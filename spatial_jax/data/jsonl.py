@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
-from spatial_jax.data.records import DatasetError, Sample
+from spatial_jax.data.sample import DatasetError, Sample
 
 
 def read_jsonl(path: str | Path, check_images: bool = True) -> list[Sample]:

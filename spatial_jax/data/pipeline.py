@@ -9,13 +9,15 @@ completion and `<|im_end|>`, with loss_mask marking those completion tokens (com
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
 from spatial_jax.data import prompts
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
-from spatial_jax.data.records import DatasetError, Sample
+from spatial_jax.data.prompts import PromptFormat
+from spatial_jax.data.sample import DatasetError, Sample
 from spatial_jax.data.synthetic import SyntheticConfig, SyntheticSource
 from spatial_jax.data.tokenizer import SpatialTokenizer
 
@@ -23,33 +25,72 @@ PreprocessFn = Callable[[Sequence[np.ndarray], Any], tuple[np.ndarray, np.ndarra
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineConfig:
-    """bucket_lengths: the padded sequence lengths a batch may take (the smallest that fits its longest row)."""
+class DataConfig:
+    """Where the data comes from and how it is batched; `train` / `eval` are JSONL paths or `synthetic:<split>:<n>`.
+    `sft_train` is the SFT cold start's own source (its reference completions); empty means `train`.
+    bucket_lengths: the padded sequence lengths a batch may take (the smallest that fits its longest row); seed
+    orders the training source (grain's index shuffle, reshuffled each epoch)."""
 
-    method: str = "spatialcore"
-    mode: Literal["rl", "sft"] = "rl"
-    batch_size: int = 8
+    train: str = "synthetic:train:1000"
+    eval: str = "synthetic:heldout:200"
+    sft_train: str = ""
+    synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
     bucket_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     seed: int = 0
-    shuffle: bool = True
-    num_epochs: int | None = None
-    drop_remainder: bool = True
     read_threads: int = 0
 
     def __post_init__(self):
-        prompts.check_method(self.method)
-        if self.mode not in ("rl", "sft"):
-            raise ValueError(f"PipelineConfig.mode must be 'rl' or 'sft', got {self.mode!r}")
-        if self.batch_size < 1:
-            raise ValueError(f"PipelineConfig.batch_size must be >= 1, got {self.batch_size}")
         if not self.bucket_lengths or any(b < 1 for b in self.bucket_lengths):
-            raise ValueError(f"PipelineConfig.bucket_lengths must be positive lengths, got {self.bucket_lengths}")
+            raise ValueError(f"bucket_lengths must be positive lengths, got {self.bucket_lengths}")
         if list(self.bucket_lengths) != sorted(set(self.bucket_lengths)):
-            raise ValueError(f"PipelineConfig.bucket_lengths must be strictly increasing, got {self.bucket_lengths}")
-        if self.num_epochs is not None and self.num_epochs < 1:
-            raise ValueError(f"PipelineConfig.num_epochs must be >= 1 or None (forever), got {self.num_epochs}")
+            raise ValueError(f"bucket_lengths must be strictly increasing, got {self.bucket_lengths}")
         if self.read_threads < 0:
-            raise ValueError(f"PipelineConfig.read_threads must be >= 0, got {self.read_threads}")
+            raise ValueError(f"read_threads must be >= 0, got {self.read_threads}")
+        for name in ("train", "eval"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must name a JSONL file or synthetic:<split>:<count>")
+
+
+def train_iterator(
+    data: DataConfig,
+    tokenizer: SpatialTokenizer,
+    fmt: PromptFormat,
+    batch_size: int,
+    mode: Literal["rl", "sft"] = "rl",
+    image_cfg: Any = ImageProcessingConfig(),
+) -> DataIterator:
+    """Shuffled batches of the training source (mode "sft": data.sft_train when set), repeated forever; checkpoint it
+    with get_state / set_state."""
+    source = data.sft_train if mode == "sft" and data.sft_train else data.train
+    return make_iterator(open_source(source, data.synthetic), tokenizer, data, fmt, batch_size, mode=mode,
+                         image_cfg=image_cfg)
+
+
+def eval_iterator(
+    data: DataConfig,
+    tokenizer: SpatialTokenizer,
+    fmt: PromptFormat,
+    batch_size: int,
+    image_cfg: Any = ImageProcessingConfig(),
+) -> DataIterator:
+    """The evaluation source once, in file order; the last batch may be smaller."""
+    return make_iterator(open_source(data.eval, data.synthetic), tokenizer, data, fmt, batch_size, shuffle=False,
+                         num_epochs=1, drop_remainder=False, image_cfg=image_cfg)
+
+
+def open_source(spec: str, synthetic_cfg: Any = None, check_images: bool = True) -> Sequence[Sample]:
+    """`path/to/data.jsonl`, or `synthetic:<split>:<num>` (split train or heldout) drawn from synthetic_cfg."""
+    if spec.startswith("synthetic:"):
+        parts = spec.split(":")
+        if len(parts) != 3 or not parts[2].isdigit():
+            raise DatasetError(f"synthetic source {spec!r} must read synthetic:<train|heldout>:<count>")
+        try:
+            return SyntheticSource(synthetic_cfg or SyntheticConfig(), parts[1], int(parts[2]))
+        except ValueError as e:
+            raise DatasetError(f"synthetic source {spec!r}: {e}") from None
+    from spatial_jax.data.jsonl import read_jsonl
+
+    return read_jsonl(spec, check_images=check_images)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,20 +121,20 @@ class Batch:
     records: tuple[Sample, ...]
 
 
-def prompt_text(sample: Sample, method: str, tokenizer: SpatialTokenizer, image_tokens: int) -> str:
-    """The full chat prompt, generation prompt included (`<think>\\n` opened for SpatialCORE / ProSR)."""
+def prompt_text(sample: Sample, fmt: PromptFormat, tokenizer: SpatialTokenizer, image_tokens: int) -> str:
+    """The full chat prompt, generation prompt included (`<think>\\n` opened for the thinking formats)."""
     return tokenizer.apply_chat_template(
-        prompts.build_messages(sample, method),
+        prompts.build_messages(sample, fmt),
         image_token_counts=[image_tokens],
         add_generation_prompt=True,
-        enable_thinking=prompts.thinking(method),
+        enable_thinking=fmt.thinking,
     )
 
 
 def encode_sample(
     sample: Sample,
     tokenizer: SpatialTokenizer,
-    method: str,
+    fmt: PromptFormat,
     mode: str = "rl",
     image_cfg: Any = ImageProcessingConfig(),
     preprocess_fn: PreprocessFn = preprocess,
@@ -104,7 +145,7 @@ def encode_sample(
         sample = dataclasses.replace(sample, image_size=(int(image.shape[1]), int(image.shape[0])))
     pixel_values, grid_thw = preprocess_fn([image], image_cfg)
     n_image = int(num_image_tokens(grid_thw, image_cfg.merge_size)[0])
-    ids = tokenizer.encode(prompt_text(sample, method, tokenizer, n_image))
+    ids = tokenizer.encode(prompt_text(sample, fmt, tokenizer, n_image))
     if ids.count(tokenizer.image_pad_id) != n_image:
         raise DatasetError(
             f"sample {sample.id}: the prompt holds {ids.count(tokenizer.image_pad_id)} image tokens, expected {n_image} "
@@ -112,9 +153,9 @@ def encode_sample(
         )
     prompt_length = len(ids)
     if mode == "sft":
-        target = sample.reference.get(method)
+        target = sample.reference.get(fmt.reference_key)
         if target is None:
-            raise DatasetError(f"sample {sample.id}: SFT needs a reference completion for method {method!r}")
+            raise DatasetError(f"sample {sample.id}: SFT needs a reference completion under {fmt.reference_key!r}")
         ids = ids + tokenizer.encode(target) + [tokenizer.im_end_id]
     return Example(
         input_ids=np.asarray(ids, dtype=np.int32),
@@ -163,24 +204,38 @@ def collate(examples: Sequence[Example], pad_id: int, buckets: Sequence[int], sf
 def make_dataset(
     source: Sequence[Sample],
     tokenizer: SpatialTokenizer,
-    cfg: PipelineConfig,
+    data: DataConfig,
+    fmt: PromptFormat,
+    batch_size: int,
+    *,
+    mode: Literal["rl", "sft"] = "rl",
+    shuffle: bool = True,
+    num_epochs: int | None = None,
+    drop_remainder: bool = True,
     image_cfg: Any = ImageProcessingConfig(),
     preprocess_fn: PreprocessFn = preprocess,
 ):
-    """A grain.MapDataset of Batch: ds[k] is the k-th batch (random access, so any position can be recomputed)."""
+    """A grain.MapDataset of Batch: ds[k] is the k-th batch (random access, so any position can be recomputed).
+    Batches follow `data` (buckets, seed); `num_epochs` None repeats forever."""
     import grain
 
+    if mode not in ("rl", "sft"):
+        raise ValueError(f"mode must be 'rl' or 'sft', got {mode!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs must be >= 1 or None (forever), got {num_epochs}")
     if len(source) == 0:
         raise DatasetError("the dataset is empty")
     ds = grain.MapDataset.source(source)
-    if cfg.shuffle:
-        ds = ds.shuffle(seed=cfg.seed)
-    ds = ds.repeat(cfg.num_epochs)
-    ds = ds.map(lambda s: encode_sample(s, tokenizer, cfg.method, cfg.mode, image_cfg, preprocess_fn))
+    if shuffle:
+        ds = ds.shuffle(seed=data.seed)
+    ds = ds.repeat(num_epochs)
+    ds = ds.map(lambda s: encode_sample(s, tokenizer, fmt, mode, image_cfg, preprocess_fn))
     return ds.batch(
-        cfg.batch_size,
-        drop_remainder=cfg.drop_remainder,
-        batch_fn=lambda xs: collate(xs, tokenizer.pad_id, cfg.bucket_lengths, cfg.mode == "sft"),
+        batch_size,
+        drop_remainder=drop_remainder,
+        batch_fn=lambda xs: collate(xs, tokenizer.pad_id, data.bucket_lengths, mode == "sft"),
     )
 
 
@@ -196,7 +251,7 @@ class DataIterator:
             )
         )
 
-    def __iter__(self) -> "DataIterator":
+    def __iter__(self) -> DataIterator:
         return self
 
     def __next__(self) -> Batch:
@@ -212,11 +267,13 @@ class DataIterator:
 def make_iterator(
     source: Sequence[Sample],
     tokenizer: SpatialTokenizer,
-    cfg: PipelineConfig,
-    image_cfg: Any = ImageProcessingConfig(),
-    preprocess_fn: PreprocessFn = preprocess,
+    data: DataConfig,
+    fmt: PromptFormat,
+    batch_size: int,
+    **kwargs: Any,
 ) -> DataIterator:
-    return DataIterator(make_dataset(source, tokenizer, cfg, image_cfg, preprocess_fn), cfg.read_threads)
+    """`make_dataset`'s batches as a checkpointable iterator (same keyword arguments)."""
+    return DataIterator(make_dataset(source, tokenizer, data, fmt, batch_size, **kwargs), data.read_threads)
 
 
 BLANK_FILLS = ("mean", "black", "white")
@@ -246,80 +303,3 @@ def blank_batch(
     if not np.array_equal(grid, batch.image_grid_thw):
         raise ValueError("blank images changed the image grid; was the batch made with another image config?")
     return dataclasses.replace(batch, pixel_values=np.concatenate([np.asarray(p, np.float32) for p, _ in out], axis=0))
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """Where the data comes from and how it is batched; `train` / `eval` are JSONL paths or `synthetic:<split>:<n>`.
-    `sft_train` is the SFT cold start's own source (its reference completions); empty means `train`."""
-
-    train: str = "synthetic:train:1000"
-    eval: str = "synthetic:heldout:200"
-    sft_train: str = ""
-    synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
-    bucket_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
-    seed: int = 0
-    read_threads: int = 0
-
-    def __post_init__(self):
-        PipelineConfig(bucket_lengths=self.bucket_lengths, read_threads=self.read_threads)
-        for name in ("train", "eval"):
-            if not getattr(self, name):
-                raise ValueError(f"DataConfig.{name} must name a JSONL file or synthetic:<split>:<count>")
-
-
-def train_iterator(
-    data: DataConfig,
-    tokenizer: SpatialTokenizer,
-    method: str,
-    batch_size: int,
-    mode: str = "rl",
-    image_cfg: Any = ImageProcessingConfig(),
-) -> DataIterator:
-    """Shuffled batches of the training source (mode "sft": data.sft_train when set), repeated forever; checkpoint it
-    with get_state / set_state."""
-    cfg = PipelineConfig(
-        method=method,
-        mode=mode,  # type: ignore[arg-type]
-        batch_size=batch_size,
-        bucket_lengths=data.bucket_lengths,
-        seed=data.seed,
-        read_threads=data.read_threads,
-    )
-    source = data.sft_train if mode == "sft" and data.sft_train else data.train
-    return make_iterator(open_source(source, data.synthetic), tokenizer, cfg, image_cfg)
-
-
-def eval_iterator(
-    data: DataConfig,
-    tokenizer: SpatialTokenizer,
-    method: str,
-    batch_size: int,
-    image_cfg: Any = ImageProcessingConfig(),
-) -> DataIterator:
-    """The evaluation source once, in file order; the last batch may be smaller."""
-    cfg = PipelineConfig(
-        method=method,
-        batch_size=batch_size,
-        bucket_lengths=data.bucket_lengths,
-        shuffle=False,
-        num_epochs=1,
-        drop_remainder=False,
-        read_threads=data.read_threads,
-    )
-    return make_iterator(open_source(data.eval, data.synthetic), tokenizer, cfg, image_cfg)
-
-
-def open_source(spec: str, synthetic_cfg: Any = None, check_images: bool = True) -> Sequence[Sample]:
-    """`path/to/data.jsonl`, or `synthetic:<split>:<num>` (split train or heldout) drawn from synthetic_cfg."""
-    if spec.startswith("synthetic:"):
-        parts = spec.split(":")
-        if len(parts) != 3 or not parts[2].isdigit():
-            raise DatasetError(f"synthetic source {spec!r} must read synthetic:<train|heldout>:<count>")
-        try:
-            return SyntheticSource(synthetic_cfg or SyntheticConfig(), parts[1], int(parts[2]))
-        except ValueError as e:
-            raise DatasetError(f"synthetic source {spec!r}: {e}") from None
-    from spatial_jax.data.jsonl import read_jsonl
-
-    return read_jsonl(spec, check_images=check_images)

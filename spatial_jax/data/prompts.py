@@ -1,4 +1,4 @@
-"""Each method's prompt: the system prompt that asks for its output format (SPEC 1.1-1.3) and the user turn.
+"""Prompt formats: the system prompt that asks for an output format (SPEC 1.1-1.3) and the user turn.
 
 Messages use the Hugging Face chat form ({"role", "content"}, content parts {"type": "image"} / {"type": "text"}),
 one image per sample placed before the text as Qwen3-VL's processor does.
@@ -6,7 +6,9 @@ one image per sample placed before the text as Qwen3-VL's processor does.
 
 from __future__ import annotations
 
-from spatial_jax.data.records import LETTERS, METHODS, Sample
+import dataclasses
+
+from spatial_jax.data.sample import LETTERS, Sample
 
 BOX_EXAMPLE = '{"bbox_2d": [x1, y1, x2, y2], "label": "object name"}'
 
@@ -36,47 +38,47 @@ ALLOSPATIAL_SYSTEM = (
     "in <Answer></Answer>: the capital letter of the correct option, or a number when the question asks for one."
 )
 
-SYSTEM_PROMPTS = {
-    "spatialcore": SPATIALCORE_SYSTEM,
-    "prosr": SPATIALCORE_SYSTEM,
-    "spatialthinker": SPATIALTHINKER_SYSTEM,
-    "allospatial": ALLOSPATIAL_SYSTEM,
-}
+@dataclasses.dataclass(frozen=True)
+class PromptFormat:
+    """How a method asks for its output: the data layer reads this, never a method's name.
+
+    system: the system prompt (SPEC 1.1-1.3). thinking: the chat template opens `<think>\\n` for the assistant
+    (Qwen3-VL-Thinking style). states_image_size: the user turn states `Image size: (W x H)`, which pixel boxes refer
+    to. option_style: how a lettered option is written. reference_key: the key of `Sample.reference` that holds this
+    method's SFT target.
+    """
+
+    system: str
+    thinking: bool
+    reference_key: str
+    states_image_size: bool = False
+    option_style: str = "{letter}. {text}"
 
 
-def check_method(method: str) -> str:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known: {list(METHODS)}")
-    return method
+THINK_BOXES = PromptFormat(SPATIALCORE_SYSTEM, thinking=True, reference_key="spatialcore")
+SCENE_GRAPH = PromptFormat(SPATIALTHINKER_SYSTEM, thinking=False, reference_key="spatialthinker",
+                           states_image_size=True, option_style="({letter}) {text}")
+HARNESS = PromptFormat(ALLOSPATIAL_SYSTEM, thinking=False, reference_key="allospatial")
 
 
-def thinking(method: str) -> bool:
-    """Whether the chat template opens `<think>\\n` for the assistant (Qwen3-VL-Thinking style: SpatialCORE, ProSR)."""
-    return check_method(method) in ("spatialcore", "prosr")
-
-
-def user_text(sample: Sample, method: str) -> str:
-    """The question, its lettered options, and for SpatialThinker the stated image size its pixel boxes refer to."""
-    check_method(method)
+def user_text(sample: Sample, fmt: PromptFormat) -> str:
+    """The question, its lettered options, and (SpatialThinker) the stated image size its pixel boxes refer to."""
     lines = []
-    if method == "spatialthinker":
+    if fmt.states_image_size:
         if sample.image_size is None:
-            raise ValueError(f"sample {sample.id}: SpatialThinker prompts state the image size, which is unknown")
+            raise ValueError(f"sample {sample.id}: this prompt states the image size, which is unknown")
         w, h = sample.image_size
         lines.append(f"Image size: ({w} x {h})")
     lines.append(sample.question)
     if sample.options:
         lines.append("Options:")
-        if method == "spatialthinker":
-            lines.extend(f"({LETTERS[i]}) {o}" for i, o in enumerate(sample.options))
-        else:
-            lines.extend(f"{LETTERS[i]}. {o}" for i, o in enumerate(sample.options))
+        lines.extend(fmt.option_style.format(letter=LETTERS[i], text=o) for i, o in enumerate(sample.options))
     return "\n".join(lines)
 
 
-def build_messages(sample: Sample, method: str) -> list[dict]:
+def build_messages(sample: Sample, fmt: PromptFormat) -> list[dict]:
     """System + user turns for one sample; the generation prompt is added by the chat template."""
     return [
-        {"role": "system", "content": SYSTEM_PROMPTS[check_method(method)]},
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(sample, method)}]},
+        {"role": "system", "content": fmt.system},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(sample, fmt)}]},
     ]

@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from spatial_jax.data.records import LETTERS, Sample, format_number
-from spatial_jax.rewards.records import GTBox
+from spatial_jax.data.prompts import HARNESS, SCENE_GRAPH, THINK_BOXES
+from spatial_jax.data.sample import LETTERS, Sample, format_number
+from spatial_jax.records import GTBox
 
 SHAPES = ("circle", "square", "triangle")
 COLORS = {
@@ -492,8 +493,8 @@ def reference_completions(
     objects: Sequence[SceneObject], q: Question, scene: dict, cfg: SyntheticConfig
 ) -> dict[str, str]:
     """One target completion per method's output format (SPEC 1.1-1.3), from the clean scene."""
-    norm = lambda b: to_norm(b, cfg.width, cfg.height)  # noqa: E731
-    pix = lambda b: b  # noqa: E731
+    norm = lambda b: to_norm(b, cfg.width, cfg.height)
+    pix = lambda b: b
     final = q.answer if isinstance(q.answer, str) else format_number(q.answer)
     box_lines = "".join(
         json.dumps({"bbox_2d": list(norm(objects[i].bbox)), "label": objects[i].label}) + "\n"
@@ -514,7 +515,7 @@ def reference_completions(
         f"Step1: Visual Clues\n{_observation(objects)} {_reasoning(objects, q, pix)}\n"
         f"Step5: Final Answer\n<Answer>{final}</Answer>"
     )
-    return {"spatialcore": core, "prosr": core, "spatialthinker": thinker, "allospatial": allo}
+    return {THINK_BOXES.reference_key: core, SCENE_GRAPH.reference_key: thinker, HARNESS.reference_key: allo}
 
 
 # ---------------------------------------------------------------- samples

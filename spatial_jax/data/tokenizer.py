@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -67,11 +67,15 @@ def _byte_decoder() -> dict[str, int]:
 def corpus() -> list[str]:
     """The training text: prompts, questions and every method's reference completion from a fixed world slice."""
     cfg = synthetic.SyntheticConfig(question_types=synthetic.QUESTION_TYPES, seed=CORPUS_SEED, corrupt_fraction=0.4)
-    texts = list(prompts.SYSTEM_PROMPTS.values())
+    # The Thinking format's prompt and reference count twice (SpatialCORE and ProSR share them): the vocabulary was
+    # first trained on that corpus, and the merges depend on the counts.
+    formats = (prompts.THINK_BOXES, prompts.SCENE_GRAPH, prompts.HARNESS)
+    weighted = (prompts.THINK_BOXES, *formats)
+    texts = [f.system for f in weighted]
     for s in synthetic.generate(cfg, "train", CORPUS_SAMPLES, render_image=False):
-        for method in ("spatialcore", "spatialthinker", "allospatial"):
-            texts.append(prompts.user_text(s, method))
-        texts.extend(s.reference.values())
+        for fmt in formats:
+            texts.append(prompts.user_text(s, fmt))
+        texts.extend(s.reference[f.reference_key] for f in weighted)
     return texts
 
 
@@ -191,7 +195,7 @@ class SpatialTokenizer:
         self.hf.save_pretrained(str(directory))
 
     @staticmethod
-    def load(directory: str | Path) -> "SpatialTokenizer":
+    def load(directory: str | Path) -> SpatialTokenizer:
         from transformers import PreTrainedTokenizerFast
 
         return SpatialTokenizer(PreTrainedTokenizerFast.from_pretrained(str(directory)))

@@ -1,36 +1,23 @@
-"""`spatial-jax score`: score rollouts from a JSONL file with one method's reward, offline.
+"""Offline scoring: rollouts from a JSONL file scored with one method's reward (`spatial-jax score`).
 
 Each input line is one JSON object (SPEC/issue #2: id, completion, question, options, answer, and per method
 gt_boxes, token_entropies/token_offsets, blank, scene/image_size, num_generated_tokens, group). Each output line
 holds the id, the reward, every component and, for records sharing a group, the group-relative advantage.
-Exit status: 0 once the file is scored (malformed lines are reported to stderr with their line number and
-counted in the summary), 1 when the input cannot be read, 2 for an unknown method, backend or config key.
+Malformed lines are reported with their line number and counted in the summary; the rest are scored.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from typing import Any, TextIO
-
-from spatial_jax.config import ConfigError
 
 BACKENDS = ("default", "torch")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", required=True, help="spatialcore, prosr, spatialthinker or allospatial")
-    parser.add_argument("--input", required=True, help="rollouts, one JSON object per line")
-    parser.add_argument("--output", default=None, help="scored JSONL (default: stdout, before the summary)")
-    parser.add_argument("--backend", default="default", help="default (JAX/numpy) or torch (float64 reference)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="reward constants, e.g. beta=0.5")
-
-
 def read_rollouts(path: str, err: TextIO) -> tuple[list[Any], list[int], int]:
     """Valid records with their line numbers, and how many non-blank lines were malformed (each reported)."""
-    from spatial_jax.rewards.records import RecordError, Rollout
+    from spatial_jax.records import RecordError, Rollout
 
     records, lines, bad = [], [], 0
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -53,12 +40,12 @@ def _score_all(score_batch, records, lines, cfg, path: str, err: TextIO) -> list
     """Scores the batch; if the scorer fails on it, scores one by one so only the offending lines are lost."""
     try:
         return list(score_batch(records, cfg))
-    except Exception:  # noqa: BLE001 - any scorer failure is isolated per record below
+    except Exception:
         out: list[dict[str, float] | None] = []
         for ro, number in zip(records, lines):
             try:
                 out.append(score_batch([ro], cfg)[0])
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 print(f"{path}:{number}: scoring failed: {type(e).__name__}: {e}", file=err)
                 out.append(None)
         return out
@@ -88,39 +75,24 @@ def summarise(results: list[dict[str, float]], n_bad: int, n_failed: int, method
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
+def score_rollouts(method, cfg, path: str, backend: str, err: TextIO) -> tuple[list[dict[str, Any]], str]:
+    """Scores every valid line of `path` with `method`'s reward (backend "torch": its reference); returns one output
+    row per scored record (id, reward, components, and group advantage where records share a group) and the
+    summary. Raises OSError when the file cannot be read."""
     from spatial_jax.rewards.advantages import advantages_by_group
-    from spatial_jax.rewards.registry import get_method
 
-    method = get_method(args.method)
-    if args.backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {args.backend!r}; known: {list(BACKENDS)}")
-    cfg = method.config(args.overrides)
-    scorer = method.reference_score_batch if args.backend == "torch" else method.score_batch
-    try:
-        records, lines, n_bad = read_rollouts(args.input, sys.stderr)
-    except OSError as e:
-        print(f"spatial-jax score: cannot read {args.input}: {e}", file=sys.stderr)
-        return 1
-    scored = _score_all(scorer, records, lines, cfg, args.input, sys.stderr)
+    scorer = method.reference_score_batch if backend == "torch" else method.score_batch
+    records, lines, n_bad = read_rollouts(path, err)
+    scored = _score_all(scorer, records, lines, cfg, path, err)
     kept = [(ro, s) for ro, s in zip(records, scored) if s is not None]
-    adv = advantages_by_group(
-        [s["reward"] for _, s in kept],
-        [ro.group for ro, _ in kept],
-        eps=getattr(cfg, "adv_eps", 1e-4),
-        std=getattr(cfg, "adv_std", "population"),
-    )
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for (ro, s), a in zip(kept, adv):
-            row: dict[str, Any] = {"id": ro.id}
-            row.update({k: _clean(v) for k, v in s.items()})
-            if a is not None:
-                row["group"] = ro.group
-                row["advantage"] = a
-            out.write(json.dumps(row) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    print(summarise([s for _, s in kept], n_bad, len(scored) - len(kept), args.method, args.backend))
-    return 0
+    adv = advantages_by_group([s["reward"] for _, s in kept], [ro.group for ro, _ in kept], cfg.advantage.eps,
+                              cfg.advantage.std)
+    rows = []
+    for (ro, s), a in zip(kept, adv):
+        row: dict[str, Any] = {"id": ro.id}
+        row.update({k: _clean(v) for k, v in s.items()})
+        if a is not None:
+            row["group"] = ro.group
+            row["advantage"] = a
+        rows.append(row)
+    return rows, summarise([s for _, s in kept], n_bad, len(scored) - len(kept), method.name, backend)

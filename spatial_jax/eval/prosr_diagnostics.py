@@ -6,13 +6,13 @@ and entropy trajectories; `diagnose` builds those from Rollout records.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from spatial_jax.records import Rollout
 from spatial_jax.rewards.parse_think import parse_think, resolve_gold
 from spatial_jax.rewards.prosr import ProSRConfig, segment_bounds, span_entropies
-from spatial_jax.rewards.records import Rollout
 
 GROUPS = ("clean", "spurious_only", "tail_only", "both")
 

@@ -1,9 +1,10 @@
 """The Qwen3-VL policy in Flax NNX, LoRA, Hugging Face checkpoints in and out, sharding rules.
 
-See spatial_jax/models/qwen3_vl.py for the public API.
+See spatial_jax/models/qwen3_vl.py for the public API; `from_pretrained` / `save_pretrained` mirror transformers'.
 """
 
 from spatial_jax.models.config import LoRAConfig, ModelConfig, TextConfig, VisionConfig
+from spatial_jax.models.hf_io import from_pretrained, load_config, save_pretrained
 from spatial_jax.models.lora import LoRAParam, disable_adapters, merge_lora
 from spatial_jax.models.qwen3_vl import Qwen3VL, create_model
 from spatial_jax.models.rope import decode_positions, get_rope_index
@@ -12,5 +13,6 @@ from spatial_jax.models.vision import VisionInputs, prepare_vision_inputs
 
 __all__ = [
     "KVCache", "LoRAConfig", "LoRAParam", "ModelConfig", "Qwen3VL", "TextConfig", "VisionConfig", "VisionInputs", "create_model",
-    "decode_positions", "disable_adapters", "get_rope_index", "merge_lora", "prepare_vision_inputs",
+    "decode_positions", "disable_adapters", "from_pretrained", "get_rope_index", "load_config", "merge_lora",
+    "prepare_vision_inputs", "save_pretrained",
 ]

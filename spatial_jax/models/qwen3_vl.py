@@ -20,10 +20,13 @@ Model
         logits [B,T,V] float32 (or the final normed hidden states [B,T,D] in cfg.dtype when return_hidden).
         attention_mask: 1 = real token (left padding). Without a cache it is the whole sequence's mask; with a cache
         it is the mask of the T tokens of this call (stored into the cache's key mask at slots cache_index..+T).
-        positions: from `get_rope_index` (prompt) and `rope.decode_positions` (continuation); when None, text-only
-        positions cumsum(attention_mask)-1 are used (an error with images or a cache).
-        pixel_values + image_grid_thw (host arrays) are turned into `VisionInputs` here; inside jit pass
-        `vision=prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, pad_to=...)` instead.
+        positions: from `get_rope_index` (prompt) and `rope.decode_positions` (continuation). When None (no cache),
+        the model computes them as transformers does: text only, cumsum(attention_mask)-1 (traceable); with images,
+        get_rope_index on the host, so input_ids, attention_mask and image_grid_thw must be concrete (not under
+        jit). Inside jit with images, or with a cache, positions must be given (a ValueError otherwise).
+        pixel_values + image_grid_thw (host arrays) are turned into `VisionInputs` here, so the transformers-style
+        call `model(input_ids, pixel_values=..., image_grid_thw=..., attention_mask=...)` works eagerly; inside
+        jit pass `vision=prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, pad_to=...)` and positions.
         The image tokens of input_ids (all rows, row-major) receive the merged patch features in order.
     positions, rope_deltas = model.get_rope_index(input_ids, image_grid_thw, attention_mask)   # numpy, host side
         positions [3,B,T] int32, rope_deltas [B] int32 (HF's [B,1] squeezed).
@@ -48,8 +51,9 @@ Sharding (spatial_jax.models.sharding): parameters carry logical axis names; `RU
     `make_mesh(data, fsdp, tensor)`; `shard_model(model, mesh)` places parameters; run the forward under
     `jax.set_mesh(mesh)` to constrain activations.
 
-Checkpoints (spatial_jax.models.hf_io): `from_pretrained(path, dtype=..., param_dtype=..., mesh=None, lora=...)`,
-    `save_pretrained(model, path)` (adapters merged), in HF safetensors layout, without torch.
+Checkpoints (spatial_jax.models.hf_io, exported by spatial_jax.models): `from_pretrained(path, dtype=...,
+    param_dtype=..., mesh=None, lora=...)`, `save_pretrained(model, path)` (adapters merged), `load_config(path)`,
+    in HF safetensors layout, without torch.
 """
 
 from __future__ import annotations
@@ -137,6 +141,7 @@ class Qwen3VL(nnx.Module):
         host_ids = np.asarray(input_ids) if _is_concrete(input_ids) else None
         if host_ids is not None and host_ids.size and (host_ids.min() < 0 or host_ids.max() >= cfg.text.vocab_size):
             raise ValueError(f"input_ids outside the vocabulary [0, {cfg.text.vocab_size})")
+        host_mask = attention_mask  # as given: get_rope_index below needs it on the host
         attention_mask = jnp.ones((B, T), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
         if attention_mask.shape != (B, T):
             raise ValueError(f"attention_mask shape {attention_mask.shape} != input_ids shape {(B, T)}")
@@ -147,9 +152,20 @@ class Qwen3VL(nnx.Module):
                 raise ValueError("give pixel_values together with image_grid_thw, or vision=VisionInputs, not both")
             vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision)
         if positions is None:
-            if vision is not None or cache is not None:
-                raise ValueError("positions are required with images or a cache (use get_rope_index / decode_positions)")
-            positions = jnp.broadcast_to(jnp.maximum(jnp.cumsum(attention_mask, axis=1) - 1, 0)[None], (3, B, T))
+            if cache is not None:
+                raise ValueError("positions are required with a cache: get_rope_index(prompt ids, image_grid_thw, "
+                                 "prompt mask) for the prefill, decode_positions(...) for each decode step")
+            if vision is not None:
+                if host_ids is None or image_grid_thw is None or not _is_concrete(image_grid_thw, host_mask):
+                    raise ValueError(
+                        "positions are required with images unless input_ids, attention_mask and image_grid_thw are "
+                        "concrete host arrays (not traced under jit): pass "
+                        "positions=model.get_rope_index(input_ids, image_grid_thw, attention_mask)[0]")
+                positions = jnp.asarray(self.get_rope_index(host_ids, image_grid_thw, host_mask)[0])
+            else:
+                # Text only: equals get_rope_index on a left-padded batch (otherwise it differs only at padding,
+                # which is masked out) and, unlike it, traces under jit.
+                positions = jnp.broadcast_to(jnp.maximum(jnp.cumsum(attention_mask, axis=1) - 1, 0)[None], (3, B, T))
         positions = jnp.asarray(positions)
         if positions.shape != (3, B, T):
             raise ValueError(f"positions must be [3, B, T] = {(3, B, T)}, got {positions.shape}")

@@ -6,13 +6,13 @@ Shares only the string parser (rewards/parse_harness.py); every number is comput
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
+from spatial_jax.records import Rollout
 from spatial_jax.rewards import parse_harness
 from spatial_jax.rewards.allospatial import AlloSpatialConfig
-from spatial_jax.rewards.records import Rollout
 
 F64 = torch.float64
 _WORDS_DIGITS_PUNCT = re.compile(r"\d|[^\W\d]+|[^\w\s]")

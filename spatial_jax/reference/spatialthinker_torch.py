@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from scipy.optimize import linear_sum_assignment
 
+from spatial_jax.records import Rollout
 from spatial_jax.reference import geometry_torch
 from spatial_jax.rewards import parse_scene, text
-from spatial_jax.rewards.records import Rollout
 from spatial_jax.rewards.spatialthinker import SpatialThinkerConfig
 
 F64 = torch.float64

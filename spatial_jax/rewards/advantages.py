@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Hashable, Literal, Sequence
+import dataclasses
+import math
+from collections.abc import Hashable, Sequence
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +14,20 @@ import numpy as np
 from spatial_jax.rewards._host import bucket, host_float64
 
 StdKind = Literal["population", "sample"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+    """Eq. 2's constants, a field of every method's reward config: eps (1e-4) and the kind of standard deviation."""
+
+    eps: float = 1e-4
+    std: StdKind = "population"
+
+    def __post_init__(self):
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"eps must be a finite number > 0, got {self.eps}")
+        if self.std not in ("population", "sample"):
+            raise ValueError(f"std must be 'population' or 'sample', got {self.std!r}")
 
 
 def group_advantages(

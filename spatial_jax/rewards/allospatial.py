@@ -23,10 +23,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
+from spatial_jax.records import Rollout
 from spatial_jax.rewards import parse_harness
-from spatial_jax.rewards.records import Rollout
+from spatial_jax.rewards.advantages import AdvantageConfig
 
 # Qwen tokenizers split numbers into single digits: words, digits and punctuation marks each count as one.
 _TOKEN_ESTIMATE = re.compile(r"\d|[^\W\d]+|[^\w\s]")
@@ -58,6 +59,7 @@ class AlloSpatialConfig:
     view_bonus: float = 0.2
     max_rewarded_view_calls: int = 4
     penalty_extra_map_call: float = 0.15
+    advantage: AdvantageConfig = AdvantageConfig()  # eq. 2 (GRPO group advantages)
     length_free_tokens: int = 2000
     length_full_penalty_tokens: int = 4000
 

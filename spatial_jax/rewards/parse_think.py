@@ -9,7 +9,8 @@ import dataclasses
 import json
 import numbers
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from spatial_jax.rewards.geometry import valid_box
 

@@ -7,15 +7,16 @@ maths (resampling, l1 normalisation, s_cf, segment means) is jittable JAX, run f
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spatial_jax.records import Rollout, TokenTrace
 from spatial_jax.rewards._host import bucket, host_float64
+from spatial_jax.rewards.advantages import AdvantageConfig
 from spatial_jax.rewards.parse_think import ParsedThink, parse_think, resolve_gold
-from spatial_jax.rewards.records import Rollout, TokenTrace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +31,7 @@ class ProSRConfig:
     min_span_tokens: int = 10  # validity safeguard of 3.3.3
     mid_start: float = 0.3  # early:middle:late = 3:4:3
     late_start: float = 0.7
-    adv_eps: float = 1e-4  # eq. 2
-    adv_std: Literal["population", "sample"] = "population"
+    advantage: AdvantageConfig = AdvantageConfig()  # eq. 2
 
     def __post_init__(self):
         checks = [
@@ -42,7 +42,6 @@ class ProSRConfig:
             (self.l1_eps > 0.0, "l1_eps must be positive"),
             (self.min_span_tokens >= 1, "min_span_tokens must be at least 1"),
             (0.0 <= self.mid_start <= self.late_start <= 1.0, "need 0 <= mid_start <= late_start <= 1"),
-            (self.adv_eps > 0.0, "adv_eps must be positive"),
         ]
         for ok, msg in checks:
             if not ok:

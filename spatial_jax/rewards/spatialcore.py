@@ -7,18 +7,20 @@ jitted call over every box of a batch (`score_batch`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
 
+from spatial_jax.kernels.uncertainty import box_uncertainty_from_digits
+from spatial_jax.records import Rollout
 from spatial_jax.rewards._host import bucket, host_float64
+from spatial_jax.rewards.advantages import AdvantageConfig
 from spatial_jax.rewards.geometry import pairwise_iou
 from spatial_jax.rewards.matching import max_weight_matching
 from spatial_jax.rewards.parse_think import ParsedBox, ParsedThink, parse_think, resolve_gold
-from spatial_jax.rewards.records import Rollout
 from spatial_jax.rewards.text import label_similarity, normalise_label, words
-from spatial_jax.rewards.uncertainty import box_uncertainty_from_digits, pack_rollout_boxes
+from spatial_jax.rewards.uncertainty import pack_rollout_boxes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +44,7 @@ class SpatialCOREConfig:
     coord_max: int = 1000
     digit_vocab: int = 10  # |D| in eq. 5
     tie_break: float = 1e-7  # equal-sum matchings: prefer the larger confidence-weighted sum
-    adv_eps: float = 1e-4  # eq. 2
-    adv_std: Literal["population", "sample"] = "population"
+    advantage: AdvantageConfig = AdvantageConfig()  # eq. 2
 
     def __post_init__(self):
         checks = [
@@ -65,7 +66,6 @@ class SpatialCOREConfig:
             (self.coord_max > 0, "coord_max must be positive"),
             (self.digit_vocab >= 2, "digit_vocab must be at least 2"),
             (0.0 <= self.tie_break <= 1e-3, "tie_break must lie in [0, 1e-3]"),
-            (self.adv_eps > 0.0, "adv_eps must be positive"),
         ]
         for ok, msg in checks:
             if not ok:

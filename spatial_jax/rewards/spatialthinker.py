@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from spatial_jax.records import RecordError, Rollout
 from spatial_jax.rewards import geometry, matching, parse_scene, text
-from spatial_jax.rewards.records import RecordError, Rollout
+from spatial_jax.rewards.advantages import AdvantageConfig
 
 # Far beyond any real box in pixels or image fractions, small enough that squared extents cannot overflow.
 COORD_LIMIT = 1e6
@@ -39,6 +41,7 @@ class SpatialThinkerConfig:
     label_cost_weight: float = 2.0  # matching cost 2 (1 - sim) + (1 - (CIoU + 1) / 2)
     ciou_eps: float = 1e-7
     spatial_requires_correct: bool = True  # False: S for every well-formed answer (ungated variant, App. C.1)
+    advantage: AdvantageConfig = AdvantageConfig()  # eq. 2 (GRPO group advantages)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

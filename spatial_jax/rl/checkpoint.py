@@ -125,7 +125,7 @@ class Checkpointer:
         """Waits for pending saves and releases the manager's resources."""
         self._manager.close()
 
-    def __enter__(self) -> "Checkpointer":
+    def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -12,16 +12,11 @@ from typing import Literal
 
 from spatial_jax.config import ConfigError
 from spatial_jax.data.pipeline import DataConfig
+from spatial_jax.methods import METHODS, Method, get_method
 from spatial_jax.models.config import LoRAConfig
-from spatial_jax.rewards.allospatial import AlloSpatialConfig
-from spatial_jax.rewards.prosr import ProSRConfig
-from spatial_jax.rewards.spatialcore import SpatialCOREConfig
-from spatial_jax.rewards.spatialthinker import SpatialThinkerConfig
 from spatial_jax.rl.losses import LossConfig
 from spatial_jax.rl.optim import OptimConfig
-from spatial_jax.sampling.config import SamplingConfig
-
-Method = Literal["spatialcore", "prosr", "spatialthinker", "allospatial"]
+from spatial_jax.rollout.config import SamplingConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,19 +125,20 @@ def _at_least(cfg, section: str, **minimums: int) -> None:
             raise ValueError(f"{section}.{name} must be >= {low}, got {getattr(cfg, name)}")
 
 
-@dataclasses.dataclass(frozen=True)
-class RewardsConfig:
-    spatialcore: SpatialCOREConfig = SpatialCOREConfig()
-    prosr: ProSRConfig = ProSRConfig()
-    spatialthinker: SpatialThinkerConfig = SpatialThinkerConfig()
-    allospatial: AlloSpatialConfig = AlloSpatialConfig()
+# One `rewards.<method>` table per registered method, typed by that method's reward config.
+RewardsConfig = dataclasses.make_dataclass(
+    "RewardsConfig",
+    [(name, m.config_cls, dataclasses.field(default_factory=m.config_cls)) for name, m in METHODS.items()],
+    frozen=True,
+)
+RewardsConfig.__module__ = __name__
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     run_dir: str = "runs/tiny_cpu"
     seed: int = 0
-    method: Method = "spatialcore"
+    method: str = "spatialcore"
     policy: PolicyConfig = PolicyConfig()
     data: DataConfig = DataConfig(train="synthetic:train:2000", eval="synthetic:heldout:128",
                                   bucket_lengths=(256, 512, 1024))
@@ -153,6 +149,13 @@ class TrainConfig:
     rewards: RewardsConfig = RewardsConfig()
     tensorboard: bool = True
     progress: bool = True
+
+    def __post_init__(self):
+        get_method(self.method)  # an unknown name fails here, listing the registered ones
+
+    @property
+    def plugin(self) -> Method:
+        return get_method(self.method)
 
     def reward_config(self):
         return getattr(self.rewards, self.method)
@@ -181,9 +184,10 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
             raise ConfigError(
                 f"rl micro-batch of {micro} rollouts is not divisible by mesh.data*mesh.fsdp = {shards}"
             )
-        if cfg.rl.prompts_per_step % shards and cfg.method == "prosr":
+        if cfg.rl.prompts_per_step % shards and cfg.plugin.needs_blank:
             raise ConfigError(
-                f"ProSR's blank rollouts need rl.prompts_per_step={cfg.rl.prompts_per_step} divisible by {shards}"
+                f"{cfg.method}'s blank rollouts need rl.prompts_per_step={cfg.rl.prompts_per_step} divisible by "
+                f"{shards}"
             )
     if cfg.sft.steps > 0 and cfg.sft.batch_size % shards:
         raise ConfigError(f"sft.batch_size={cfg.sft.batch_size} is not divisible by mesh.data*mesh.fsdp = {shards}")
@@ -192,7 +196,7 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     if cfg.rl.steps > 0 and cfg.rl.loss.aggregation == "seq_mean_token_sum_norm":
         # Dr. GRPO's constant must bound the loss tokens of any rollout: each of the max_tool_turns + 1 decode
         # rounds of a multi-turn rollout may write up to max_new_tokens model tokens (tool tokens carry no loss)
-        turns = cfg.rl.max_tool_turns if cfg.method == "allospatial" else 0  # only AlloSpatial calls tools
+        turns = cfg.rl.max_tool_turns if cfg.plugin.uses_tools else 0
         budget = cfg.rl.sampling.max_new_tokens * (turns + 1)
         if cfg.rl.loss.max_completion_length < budget:
             raise ConfigError(

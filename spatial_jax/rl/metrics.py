@@ -8,8 +8,9 @@ import math
 import numbers
 import os
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ def _to_json_value(value: Any) -> Any:
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
-    if hasattr(value, "shape") and getattr(value, "shape") == ():
+    if hasattr(value, "shape") and value.shape == ():
         value = value.item()
         if isinstance(value, (bool, int)):
             return value
@@ -114,7 +115,7 @@ class MetricsWriter:
             self._tb.close()
             self._tb = None
 
-    def __enter__(self) -> "MetricsWriter":
+    def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -9,29 +9,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-from spatial_jax.config import from_dict, to_dict
-from spatial_jax.data.pipeline import Batch, blank_batch, eval_iterator, train_iterator
-from spatial_jax.eval.evaluate import ACCURACY_KEY, evaluate
+from spatial_jax.config import to_dict
+from spatial_jax.data.pipeline import Batch, eval_iterator, train_iterator
+from spatial_jax.eval.evaluate import evaluate
 from spatial_jax.rewards.advantages import group_advantages
-from spatial_jax.rewards.registry import get_method
-from spatial_jax.rl import rollouts as ro
+from spatial_jax.rl import report
 from spatial_jax.rl import step as st
 from spatial_jax.rl.checkpoint import Checkpointer
-from spatial_jax.rl.config import TrainConfig, validate
-from spatial_jax.rl.distributed import is_primary
+from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.losses import loss_denominator
-from spatial_jax.rl.metrics import MetricsWriter, ProgressBar, plot_curves
-from spatial_jax.rl.multiturn import sample_multiturn
+from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule, make_optimizer
-from spatial_jax.rl.policy import Policy, build_mesh, build_policy
+from spatial_jax.rl.workspace import Workspace
+from spatial_jax.rollout.collect import Collected, ToolSettings, collect
+from spatial_jax.rollout.completions import Completions
 
 
 def _seed(cfg: TrainConfig, stage: int, step: int) -> int:
@@ -54,34 +52,11 @@ def full_seq_batch(model_cfg, batch: Batch) -> st.SeqBatch:
                              loss_mask=batch.loss_mask[:, 1:])
 
 
-class Job:
+class Trainer(Workspace):
     """One run directory's training job; `run()` does every configured stage, resuming where it stopped."""
 
     def __init__(self, cfg: TrainConfig, record_config: bool = True):
-        validate(cfg, jax.device_count())
-        self.cfg = cfg
-        self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.primary = is_primary()  # in a multi-host run only the first process writes files and prints
-        if record_config and self.primary:  # the training command's config; `eval` leaves it as it was
-            (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
-        self.mesh = build_mesh(cfg.mesh)
-        self.policy: Policy = build_policy(cfg.policy, self.mesh)
-        self.graphdef, self.trainable, self.frozen = nnx.split(self.policy.model, self.policy.trainable, ...)
-        self.method = get_method(cfg.method)
-        self.reward_cfg = cfg.reward_config()
-        self.tok = self.policy.tokenizer
-        self.reference = None  # KL reference weights when there are no adapters to switch off (set by the RL stage)
-
-    @property
-    def model(self):
-        return nnx.merge(self.graphdef, self.trainable, self.frozen)
-
-    def log(self, text: str) -> None:
-        if self.cfg.progress and self.primary:
-            print(text, flush=True)
-
-    # ---- stages -------------------------------------------------------------------------------------------------
+        super().__init__(cfg, record_config=record_config)
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -98,65 +73,11 @@ class Job:
         if not self.primary:
             return results
         (self.run_dir / "summary.json").write_text(json.dumps(results, indent=2))
-        curves = self.plot()
+        curves = report.plot(self.run_dir)
         if curves:
             results["curves_png"] = curves
-        self.print_summary(results)
+        report.print_summary(results)
         return results
-
-    def _state(self, opt_state) -> dict[str, Any]:
-        """What a checkpoint holds: trainable weights, optimiser state and, when it is a copy, the KL reference."""
-        state = {"params": self.trainable, "opt": opt_state}
-        if self.reference is not None:
-            state["ref"] = self.reference
-        return state
-
-    def _start_reference(self, stage: str, cfg: TrainConfig | None = None) -> None:
-        """Full fine-tuning with a KL term: pi_ref is the policy the RL stage starts from, kept as a copy (and
-        checkpointed, so a resumed run keeps the same reference)."""
-        cfg = cfg or self.cfg
-        lora = cfg.policy.lora
-        if stage == "rl" and cfg.rl.loss.kl_coef > 0 and lora.rank == 0 and lora.vision_rank == 0:
-            self.reference = jax.tree.map(jnp.copy, self.trainable)
-
-    def _restore(self, ck: Checkpointer, opt_state, iterator) -> tuple[int, Any, bool]:
-        step = ck.latest_step()
-        if step is None:
-            return 0, opt_state, False
-        state, meta = ck.restore(self._state(opt_state), step)
-        self.trainable = state["params"]
-        self.reference = state.get("ref", self.reference)
-        if iterator is not None:
-            iterator.set_state(meta["data"])
-        self.log(f"resumed {ck.directory} at step {meta['step']}")
-        return int(meta["step"]), state["opt"], True
-
-    def optim_config(self, stage: str, cfg: TrainConfig | None = None):
-        """The stage's optimiser settings: schedules span the stage, accumulation spans the RL micro-batches."""
-        cfg = cfg or self.cfg
-        if stage == "sft":
-            return dataclasses.replace(cfg.sft.optim, total_steps=cfg.sft.steps)
-        rc = cfg.rl
-        n_micro = (rc.prompts_per_step * rc.group_size) // (rc.micro_batch or rc.prompts_per_step * rc.group_size)
-        return dataclasses.replace(rc.optim, total_steps=rc.steps * rc.updates_per_batch, grad_accum_steps=n_micro)
-
-    def load_latest(self) -> str | None:
-        """Takes the trainable weights of the newest checkpoint (RL over SFT); returns its stage or None.
-
-        The checkpoint's optimiser state and KL reference are laid out by the settings of the run that saved it
-        (kept in its meta), so they are rebuilt from those: `eval` may override micro-batching, the KL term and
-        the like."""
-        for stage in ("rl", "sft"):
-            ck = Checkpointer(self.run_dir / stage, async_save=False)
-            if ck.latest_step() is not None:
-                saved = ck.read_meta().get("config")
-                trained = from_dict(TrainConfig, saved) if saved is not None else self.cfg
-                self._start_reference(stage, trained)
-                self._restore(ck, make_optimizer(self.optim_config(stage, trained)).init(self.trainable), None)
-                ck.close()
-                return stage
-            ck.close()
-        return None
 
     def stage(self, name: str, steps: int, batch_size: int, checkpoint_every: int, keys: tuple[str, ...],
               step_fn: Callable[[int, Batch, Any, Any], tuple[dict[str, Any], Any]]) -> None:
@@ -168,13 +89,14 @@ class Job:
         schedule = lr_schedule(optim)
         updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
         ck = Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every)
-        self._start_reference(name)
+        self.start_reference(name)
         if ck.latest_step() == steps:
-            self._restore(ck, tx.init(self.trainable), None)
+            self.restore(ck, tx.init(self.trainable), None)
             ck.close()
             return
-        it = train_iterator(cfg.data, self.tok, cfg.method, batch_size, mode=name, image_cfg=self.policy.image_cfg)
-        start, opt_state, resumed = self._restore(ck, tx.init(self.trainable), it)
+        it = train_iterator(cfg.data, self.tok, self.method.prompt, batch_size, mode=name,
+                            image_cfg=self.policy.image_cfg)
+        start, opt_state, resumed = self.restore(ck, tx.init(self.trainable), it)
         writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None, tensorboard=cfg.tensorboard,
                                active=self.primary)
         bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
@@ -183,7 +105,7 @@ class Job:
             metrics, opt_state = step_fn(step, next(it), tx, opt_state)
             metrics["lr"] = float(schedule(step * updates))
             bar.update(writer.log(step + 1, metrics))
-            ck.save(step + 1, self._state(opt_state), {"step": step + 1, "data": it.get_state(),
+            ck.save(step + 1, self.state(opt_state), {"step": step + 1, "data": it.get_state(),
                                                        "config": saved_config}, force=step + 1 == steps)
         bar.close()
         writer.close()
@@ -214,37 +136,30 @@ class Job:
     def rl_step(self, step: int, batch: Batch, sampling, tx, n_micro: int, opt_state) -> tuple[dict[str, Any], Any]:
         """Rollouts -> rewards -> advantages -> updates_per_batch passes of n_micro micro-batches."""
         t0 = time.perf_counter()
-        comps, scores = self.collect(step, batch, sampling)
+        got = self.collect(step, batch, sampling)
+        comps, scores = got.completions, got.scores
         t_rollout = time.perf_counter() - t0
         G = self.cfg.rl.group_size
         rewards = np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
-        adv = np.asarray(group_advantages(jnp.asarray(rewards), getattr(self.reward_cfg, "adv_eps", 1e-4),
-                                          getattr(self.reward_cfg, "adv_std", "population"))).reshape(-1)
+        eq2 = self.reward_cfg.advantage
+        adv = np.asarray(group_advantages(jnp.asarray(rewards), eq2.eps, eq2.std)).reshape(-1)
         t1 = time.perf_counter()
         opt_state, out = self.update(step, comps, adv, tx, n_micro, opt_state, sampling.temperature or 1.0)
         t_train = time.perf_counter() - t1
-        out.update(self.rollout_metrics(scores, rewards, adv, comps))
+        out.update(report.rollout_metrics(self.method, scores, rewards, adv, comps))
         out["rollout_tokens_per_s"] = float(comps.mask.sum()) / max(t_rollout, 1e-9)
         out["train_tokens_per_s"] = out.pop("train_tokens") / max(t_train, 1e-9)
         return out, opt_state
 
-    def collect(self, step: int, batch: Batch, sampling) -> tuple[ro.Completions, list[dict[str, float]]]:
-        """G sampled completions per prompt (ProSR: plus one blank-image rollout per prompt), scored."""
+    def collect(self, step: int, batch: Batch, sampling) -> Collected:
+        """G sampled completions per prompt (and the method's blank or tool rollouts), scored."""
         cfg, rc = self.cfg, self.cfg.rl
-        model = self.model
-        if cfg.method == "allospatial" and rc.max_tool_turns > 0:
-            comps = sample_multiturn(model, batch, self.tok, sampling, rc.group_size, _seed(cfg, 1, step),
-                                     max_turns=rc.max_tool_turns, max_tool_tokens=rc.max_tool_tokens)
-        else:
-            comps = ro.sample(model, batch, self.tok, sampling, rc.group_size, _seed(cfg, 1, step))
-        blank = None
-        if cfg.method == "prosr":  # one blank-image rollout per prompt, paired with its whole group (ProSR eq. 8)
-            blank = ro.sample(model, blank_batch(batch, rc.blank_fill, self.policy.image_cfg), self.tok, sampling, 1,
-                              _seed(cfg, 2, step))
-        rollouts = ro.to_rollouts(batch, comps, rc.group_size, step, blank)
-        return comps, self.method.score_batch(rollouts, self.reward_cfg)
+        return collect(self.model, batch, self.tok, self.method, self.reward_cfg, sampling, rc.group_size,
+                       _seed(cfg, 1, step), blank_seed=_seed(cfg, 2, step), step=step,
+                       tools=ToolSettings(rc.max_tool_turns, rc.max_tool_tokens), blank_fill=rc.blank_fill,
+                       image_cfg=self.policy.image_cfg)
 
-    def update(self, step: int, comps: ro.Completions, adv: np.ndarray, tx, n_micro: int, opt_state,
+    def update(self, step: int, comps: Completions, adv: np.ndarray, tx, n_micro: int, opt_state,
                temperature: float) -> tuple[Any, dict[str, Any]]:
         """updates_per_batch passes over the rollouts in n_micro accumulated micro-batches (completion tokens only
         carry loss; prompts are masked, and so are rollouts that never stopped under overlong filtering)."""
@@ -291,23 +206,6 @@ class Job:
         out["train_tokens"] = float(mask.sum()) * rc.updates_per_batch
         return opt_state, out
 
-    def rollout_metrics(self, scores, rewards: np.ndarray, adv: np.ndarray, comps: ro.Completions) -> dict[str, Any]:
-        out: dict[str, Any] = {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std())}
-        for k in scores[0]:
-            out[f"reward/{k}"] = float(np.mean([s[k] for s in scores]))
-        out["accuracy"] = out[f"reward/{ACCURACY_KEY[self.cfg.method]}"]
-        with_h = [s["mean_H"] for s in scores if s.get("n_with_H", 0) > 0]
-        out["mean_H"] = float(np.mean(with_h)) if with_h else None
-        matched = [s["mean_matched_iou"] for s in scores if s.get("n_matched", 0) > 0]
-        out["mean_matched_iou"] = float(np.mean(matched)) if matched else None
-        out["adv_mean"], out["adv_std"] = float(adv.mean()), float(adv.std())
-        out["adv_abs_max"] = float(np.abs(adv).max())
-        out["completion_len"] = float(comps.mask.sum(1).mean())
-        out["entropy_mean"] = float((comps.entropies * comps.mask).sum() / max(comps.mask.sum(), 1))
-        if hasattr(comps, "num_tool_calls"):
-            out["tool_calls_mean"] = float(np.mean(comps.num_tool_calls))
-        return out
-
     def evaluate(self, stage: str) -> dict[str, Any]:
         """Held-out evaluation after `stage`; cached in the run directory so a resumed job does not redo it."""
         cfg = self.cfg
@@ -315,52 +213,23 @@ class Job:
         # reused only for the same weights (stage length) and the same evaluation
         key = {"steps": cfg.sft.steps if stage == "sft" else cfg.rl.steps, "data": cfg.data.eval,
                "eval": to_dict(cfg.eval), "method": cfg.method,
-               "blank_fill": cfg.rl.blank_fill if cfg.method == "prosr" else None}
+               "blank_fill": cfg.rl.blank_fill if self.method.needs_blank else None}
         if path.exists():
             cached = json.loads(path.read_text())
             if cached.get("key") == key:
                 return cached["summary"]
-        it = eval_iterator(cfg.data, self.tok, cfg.method, cfg.eval.batch_size, image_cfg=self.policy.image_cfg)
+        it = eval_iterator(cfg.data, self.tok, self.method.prompt, cfg.eval.batch_size,
+                           image_cfg=self.policy.image_cfg)
         bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}",
                           disable=not (cfg.progress and self.primary))
-        summary, rows = evaluate(self.model, self.tok, it, cfg.method, self.reward_cfg, cfg.eval.max_new_tokens,
+        summary, rows = evaluate(self.model, self.tok, it, self.method, self.reward_cfg, cfg.eval.max_new_tokens,
                                  cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
-                                 max_tool_turns=cfg.rl.max_tool_turns, max_tool_tokens=cfg.rl.max_tool_tokens,
+                                 tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
                                  blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg)
         bar.close()
         if self.primary:
             path.write_text(json.dumps({"key": key, "summary": summary, "rows": rows}, indent=1))
         return summary
 
-    def plot(self) -> str | None:
-        out = None
-        metrics = self.run_dir / "rl" / "metrics.jsonl"
-        if metrics.exists():
-            out = str(self.run_dir / "curves.png")
-            plot_curves(metrics, out, ["reward_mean", "accuracy", "mean_H", "mean_matched_iou", "loss", "reward/format"],
-                        smooth=5)
-        sft = self.run_dir / "sft" / "metrics.jsonl"
-        if sft.exists():
-            plot_curves(sft, self.run_dir / "sft_curves.png", ["loss"], smooth=5)
-            out = out or str(self.run_dir / "sft_curves.png")
-        return out
-
-    def print_summary(self, results: dict[str, Any]) -> None:
-        lines = [f"run: {results['run_dir']}  method: {results['method']}"]
-        for stage in ("after_sft", "after_rl"):
-            s = results.get(stage)
-            if not s:
-                continue
-            parts = []
-            for key in ("accuracy", "mean_matched_iou", "mean_H", "reward", "well_formed"):
-                if key in s and s[key]["n"] > 0:
-                    e = s[key]
-                    parts.append(f"{key} {e['mean']:.3f} ± {e['sem']:.3f} (n={e['n']})")
-            lines.append(f"{stage}: " + "; ".join(parts))
-        if results.get("curves_png"):
-            lines.append(f"curves: {results['curves_png']}")
-        print("\n".join(lines), flush=True)
-
-
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    return Job(cfg).run()
+    return Trainer(cfg).run()

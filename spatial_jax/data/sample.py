@@ -9,12 +9,11 @@ from typing import Any, Union
 
 import numpy as np
 
-from spatial_jax.rewards.records import GTBox, RecordError, Rollout, TokenTrace, parse_gt_boxes, parse_image_size
+from spatial_jax.records import GTBox, RecordError, Rollout, TokenTrace, parse_gt_boxes, parse_image_size
 
 ImageRef = Union[str, np.ndarray]
 
 ANSWER_TYPES = ("choice", "number")
-METHODS = ("spatialcore", "prosr", "spatialthinker", "allospatial")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -30,7 +29,7 @@ class Sample:
     answer: the gold option letter ("choice") or a number ("number", scored by MRA).
     gt_boxes: pseudo-ground-truth boxes in the [0, 1000] normalised frame with validity v in [0, 1] (SpatialCORE).
     scene: the SpatialThinker reference scene graph, boxes in pixels of `image_size`.
-    reference: method -> reference completion (SFT targets), in that method's output format.
+    reference: output format (a PromptFormat's reference_key) -> reference completion, the SFT target.
     meta: free-form extras (the synthetic world stores its objects and the corruption applied to each box).
     """
 
@@ -38,7 +37,7 @@ class Sample:
     image: ImageRef
     question: str
     options: tuple[str, ...]
-    answer: Union[str, float]
+    answer: str | float
     answer_type: str = "choice"
     category: str = ""
     image_size: tuple[int, int] | None = None
@@ -63,9 +62,6 @@ class Sample:
                 raise DatasetError(f"a numeric sample needs a number as answer, got {self.answer!r}")
             if not math.isfinite(self.answer) or self.answer == 0:
                 raise DatasetError(f"a numeric answer must be finite and non-zero (MRA divides by it), got {self.answer}")
-        unknown = sorted(set(self.reference) - set(METHODS))
-        if unknown:
-            raise DatasetError(f"reference completions for unknown method(s) {unknown}; known: {list(METHODS)}")
 
     @property
     def answer_letter(self) -> str | None:
@@ -139,7 +135,7 @@ class Sample:
         return out
 
     @staticmethod
-    def from_json(obj: Any, base_dir: str | Path | None = None, check_image: bool = True) -> "Sample":
+    def from_json(obj: Any, base_dir: str | Path | None = None, check_image: bool = True) -> Sample:
         """Validates one parsed JSON row; raises DatasetError naming the bad field."""
         if not isinstance(obj, dict):
             raise DatasetError(f"expected a JSON object, got {type(obj).__name__}")
@@ -173,7 +169,7 @@ class Sample:
             raise DatasetError("field 'scene' must be an object")
         reference = obj.get("reference", {})
         if not isinstance(reference, dict) or not all(isinstance(v, str) for v in reference.values()):
-            raise DatasetError("field 'reference' must map method names to completion strings")
+            raise DatasetError("field 'reference' must map format names to completion strings")
         meta = obj.get("meta", {})
         if not isinstance(meta, dict):
             raise DatasetError("field 'meta' must be an object")

@@ -26,8 +26,8 @@ import numpy as np
 from flax import nnx
 
 from spatial_jax.models import KVCache, decode_positions, get_rope_index, prepare_vision_inputs
-from spatial_jax.sampling import logits as lg
-from spatial_jax.sampling.config import SamplingConfig
+from spatial_jax.rollout import logits as lg
+from spatial_jax.rollout.config import SamplingConfig
 
 
 @flax.struct.dataclass

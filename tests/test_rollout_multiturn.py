@@ -16,23 +16,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st_
-from flax import nnx
 
 from spatial_jax.data import synthetic
 from spatial_jax.data.pipeline import collate, encode_sample
+from spatial_jax.data.prompts import HARNESS
 from spatial_jax.models import decode_positions
 from spatial_jax.rewards import parse_harness as ph
-from spatial_jax.rl import multiturn as mt
 from spatial_jax.rl import step as st
-from spatial_jax.rl import tools as T
 from spatial_jax.rl.config import MeshConfig, PolicyConfig
 from spatial_jax.rl.policy import build_mesh, build_policy
-from spatial_jax.rl.rollouts import to_rollouts
-from spatial_jax.sampling import logits as lg
-from spatial_jax.sampling.config import SamplingConfig
-from spatial_jax.sampling.sampler import SampleOutput, decode
+from spatial_jax.rollout import logits as lg
+from spatial_jax.rollout import multiturn as mt
+from spatial_jax.rollout import tools as T
+from spatial_jax.rollout.completions import to_rollouts
+from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.sampler import SampleOutput, decode
 
 W2M_ARGS = {"categories": ["circle", "square"], "knowledge_type": "landmark", "output_format": "rectangle",
             "scene_type": "indoor"}
@@ -221,7 +222,7 @@ def recompute_logprobs(policy, comps, attention, temperature):
 def setup():
     policy = build_policy(PolicyConfig(), build_mesh(MeshConfig()))
     cfg = synthetic.SyntheticConfig()
-    examples = [encode_sample(synthetic.make_sample(cfg, "train", i), policy.tokenizer, "allospatial",
+    examples = [encode_sample(synthetic.make_sample(cfg, "train", i), policy.tokenizer, HARNESS,
                               image_cfg=policy.image_cfg) for i in range(2)]
     batch = collate(examples, policy.tokenizer.pad_id, (256, 512, 1024), sft=False)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=N_NEW, stop_token_ids=(policy.tokenizer.im_end_id,),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from spatial_jax.sampling.config import SamplingConfig
+from spatial_jax.rollout.config import SamplingConfig
 
 
 def _order_key(x: jax.Array) -> jax.Array:

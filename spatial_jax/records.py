@@ -9,7 +9,6 @@ import dataclasses
 import math
 from typing import Any
 
-
 # Entropies are nats over a vocabulary: ln(V) < 30 for any real V; beyond this bound a value is a unit or data error.
 ENTROPY_LIMIT = 1e6
 
@@ -59,7 +58,7 @@ class Rollout:
     group: str | None = None
 
     @staticmethod
-    def from_json(obj: Any) -> "Rollout":
+    def from_json(obj: Any) -> Rollout:
         """Validates one parsed JSON object; raises RecordError naming the bad field."""
         if not isinstance(obj, dict):
             raise RecordError(f"expected a JSON object, got {type(obj).__name__}")

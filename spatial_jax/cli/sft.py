@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from spatial_jax.rl.train_cli import add_arguments, load_config  # noqa: F401 (the dispatcher calls add_arguments)
+from spatial_jax.cli.train import add_arguments, load_config  # noqa: F401 (the dispatcher calls add_arguments)
 
 
 def run(args) -> int:
+    from spatial_jax import distributed
     from spatial_jax.config import ConfigError
-    from spatial_jax.rl import distributed
     from spatial_jax.rl.train import train
 
     cfg = load_config(args)

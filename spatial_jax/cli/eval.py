@@ -23,29 +23,29 @@ def run(args) -> int:
 
     import jax
 
+    from spatial_jax import distributed
     from spatial_jax.config import load
     from spatial_jax.data.pipeline import eval_iterator
     from spatial_jax.eval.evaluate import evaluate
-    from spatial_jax.rl import distributed
     from spatial_jax.rl.config import TrainConfig
-    from spatial_jax.rl.train import Job
+    from spatial_jax.rl.workspace import Workspace
+    from spatial_jax.rollout.collect import ToolSettings
 
     cfg = load(TrainConfig, args.config, args.overrides)  # config errors surface before the cluster is joined
     distributed.initialize()
     if args.data:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, eval=args.data))
-    job = Job(cfg, record_config=False)
-    stage = job.load_latest()
-    if job.primary:
+    ws = Workspace(cfg)
+    stage = ws.load_latest()
+    if ws.primary:
         print(f"evaluating {'the ' + stage + ' checkpoint' if stage else 'the initial policy'} of {cfg.run_dir} "
               f"on {cfg.data.eval}", flush=True)
-    with jax.set_mesh(job.mesh):
-        it = eval_iterator(cfg.data, job.tok, cfg.method, cfg.eval.batch_size, image_cfg=job.policy.image_cfg)
-        summary, rows = evaluate(job.model, job.tok, it, cfg.method, job.reward_cfg, cfg.eval.max_new_tokens,
-                                 cfg.eval.max_samples, max_tool_turns=cfg.rl.max_tool_turns,
-                                 max_tool_tokens=cfg.rl.max_tool_tokens, blank_fill=cfg.rl.blank_fill,
-                                 image_cfg=job.policy.image_cfg)
-    if not job.primary:  # multi-host: the first process writes the report
+    with jax.set_mesh(ws.mesh):
+        it = eval_iterator(cfg.data, ws.tok, ws.method.prompt, cfg.eval.batch_size, image_cfg=ws.policy.image_cfg)
+        summary, rows = evaluate(ws.model, ws.tok, it, ws.method, ws.reward_cfg, cfg.eval.max_new_tokens,
+                                 cfg.eval.max_samples, tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
+                                 blank_fill=cfg.rl.blank_fill, image_cfg=ws.policy.image_cfg)
+    if not ws.primary:  # multi-host: the first process writes the report
         return 0
     out = Path(args.output or Path(cfg.run_dir) / "eval_cli.json")
     out.write_text(json.dumps({"checkpoint": stage, "data": cfg.data.eval, "summary": summary, "rows": rows},

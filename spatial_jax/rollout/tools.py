@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from spatial_jax.rewards.parse_harness import VIEW_IMAGE, WORLD2MIND, ToolCall, ToolSchema
 

@@ -1,4 +1,4 @@
-"""The `spatial-jax` command: parses arguments and dispatches to the module that does the work."""
+"""The `spatial-jax` command: one thin module per subcommand in this package, each over library functions."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from spatial_jax.config import ConfigError
 
 # subcommand -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
 COMMANDS = {
-    "score": ("spatial_jax.eval.offline_score", "score rollouts from a JSONL file with a method's reward"),
-    "gen-data": ("spatial_jax.data.make_dataset", "write the synthetic spatial world to JSONL + PNG files"),
-    "sft": ("spatial_jax.rl.sft_cli", "supervised cold start (completion-only cross-entropy)"),
-    "train": ("spatial_jax.rl.train_cli", "RL post-training (GRPO / GSPO) with a method's reward"),
-    "eval": ("spatial_jax.eval.eval_cli", "evaluate a checkpoint on a JSONL dataset"),
+    "score": ("spatial_jax.cli.score", "score rollouts from a JSONL file with a method's reward"),
+    "gen-data": ("spatial_jax.cli.gen_data", "write the synthetic spatial world to JSONL + PNG files"),
+    "sft": ("spatial_jax.cli.sft", "supervised cold start (completion-only cross-entropy)"),
+    "train": ("spatial_jax.cli.train", "RL post-training (GRPO / GSPO) with a method's reward"),
+    "eval": ("spatial_jax.cli.eval", "evaluate a checkpoint on a JSONL dataset"),
 }
 
 
@@ -39,7 +39,3 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"spatial-jax {args.command}: configuration error: {e}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from spatial_jax.rewards.records import BlankRollout, GTBox, Rollout, TokenTrace
+from spatial_jax.records import BlankRollout, GTBox, Rollout, TokenTrace
 
 _TOKEN = re.compile(r"\d|[A-Za-z]+|\s+|[^\w\s]|_")
 OBJECTS = ("black sedan", "traffic light", "man", "red car", "tree", "dog", "blue gear", "gray vehicle",

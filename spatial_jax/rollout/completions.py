@@ -12,10 +12,10 @@ import numpy as np
 
 from spatial_jax.data.pipeline import Batch
 from spatial_jax.data.tokenizer import SpatialTokenizer
-from spatial_jax.rewards.records import BlankRollout, Rollout, TokenTrace
-from spatial_jax.rl.distributed import to_host
-from spatial_jax.sampling.config import SamplingConfig
-from spatial_jax.sampling.sampler import generate
+from spatial_jax.distributed import to_host
+from spatial_jax.records import BlankRollout, Rollout, TokenTrace
+from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.sampler import generate
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ def load_config(args):
 
 
 def run(args) -> int:
-    from spatial_jax.rl import distributed
+    from spatial_jax import distributed
     from spatial_jax.rl.train import train
 
     cfg = load_config(args)  # config errors surface before the cluster is joined

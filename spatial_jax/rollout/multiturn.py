@@ -21,19 +21,19 @@ entropy 0); `context_mask` is 1 on every real token and is the attention mask th
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.data.pipeline import Batch
 from spatial_jax.data.tokenizer import SpatialTokenizer
+from spatial_jax.distributed import to_host
 from spatial_jax.rewards.parse_harness import find_tool_call
-from spatial_jax.rl.distributed import to_host
-from spatial_jax.rl.rollouts import Completions, repeat_batch
-from spatial_jax.rl.tools import Tool, default_tools, run_call
-from spatial_jax.sampling.config import SamplingConfig
-from spatial_jax.sampling.sampler import decode, extend, prefill
+from spatial_jax.rollout.completions import Completions, repeat_batch
+from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.sampler import decode, extend, prefill
+from spatial_jax.rollout.tools import Tool, default_tools, run_call
 
 TOOL_TURN_PREFIX = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
 TOOL_TURN_SUFFIX = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"

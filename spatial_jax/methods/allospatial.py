@@ -1,0 +1,16 @@
+"""AlloSpatial: harness-gated trajectory reward (SPEC 5) over multi-turn rollouts that call tools."""
+
+from spatial_jax.data.prompts import HARNESS
+from spatial_jax.methods.base import Method, register
+from spatial_jax.rewards import allospatial
+
+register(Method(
+    name="allospatial",
+    config_cls=allospatial.AlloSpatialConfig,
+    score_batch=allospatial.score_batch,
+    reference="spatial_jax.reference.allospatial_torch:score_batch",
+    prompt=HARNESS,
+    accuracy_key="accuracy_ungated",
+    well_formed=lambda c: c["structure"] >= 0.85,
+    uses_tools=True,
+))

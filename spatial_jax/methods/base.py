@@ -1,0 +1,62 @@
+"""What a method is: one record of everything the rest of the code asks about it, registered once by name.
+
+The data layer sees only the method's PromptFormat, the rollout layer only `needs_blank` / `uses_tools`, evaluation
+only `accuracy_key` and `well_formed`; no module outside a method's plug-in compares method names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from spatial_jax.config import ConfigError, apply_overrides
+from spatial_jax.data.prompts import PromptFormat
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """name: the `method` config value. config_cls: the reward's typed config (a `rewards.<name>` table).
+    score_batch(rollouts, cfg) -> one dict of reward components per rollout. reference: "module:function" of the
+    torch reference scorer, imported only for `--backend torch`, tests and benchmarks. prompt: how the method asks
+    for its output, and which reference completion is its SFT target. accuracy_key: the component that says the
+    answer is right. well_formed(components): whether a completion follows the format. needs_blank: one blank-image
+    rollout per prompt, paired with its group (ProSR eq. 8). uses_tools: multi-turn tool rollouts (AlloSpatial)."""
+
+    name: str
+    config_cls: type
+    score_batch: Callable[..., list[dict[str, float]]]
+    reference: str
+    prompt: PromptFormat
+    accuracy_key: str
+    well_formed: Callable[[dict[str, float]], bool]
+    needs_blank: bool = False
+    uses_tools: bool = False
+
+    @property
+    def reference_score_batch(self) -> Callable[..., list[dict[str, float]]]:
+        module, _, attr = self.reference.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def config(self, overrides: Iterable[str] | dict[str, Any] = ()) -> Any:
+        """The method's default reward config with `key=value` overrides (ConfigError on an unknown key or value)."""
+        return apply_overrides(self.config_cls(), overrides)
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Adds a method under its name; a name is registered once."""
+    if method.name in METHODS:
+        raise ValueError(f"method {method.name!r} is registered twice")
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ConfigError(f"unknown method {name!r}; known: {sorted(METHODS)}") from None

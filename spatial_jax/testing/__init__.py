@@ -1,0 +1,1 @@
+"""Code only tests and benchmarks use: synthetic rollouts with plausible token traces."""

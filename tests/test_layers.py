@@ -1,0 +1,131 @@
+"""The house's layering, kept by a test: a lower layer never imports a higher one, and packages form no cycle.
+
+Every import in the package counts, function-level ones included (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# package -> layer; a package imports only packages of lower layers (packages of one layer are independent).
+# reference/ (torch) sits above rewards; methods name it only as a string, imported on demand.
+LAYERS = {
+    "records": 0, "config": 0, "distributed": 0, "kernels": 0,
+    "models": 1, "data": 1, "rewards": 1,
+    "reference": 2, "testing": 2, "methods": 2,
+    "rollout": 3,
+    "eval": 4,
+    "rl": 5,
+    "cli": 6,
+}
+
+
+def _source_files(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for spatial_jax/ and kernels/ (installed as spatial_jax.kernels)."""
+    out = {}
+    for path in sorted((root / "spatial_jax").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        out[".".join(p for p in parts if p != "__init__")] = path
+    for path in sorted((root / "kernels").glob("*.py")):
+        out["spatial_jax.kernels" + ("" if path.stem == "__init__" else "." + path.stem)] = path
+    return out
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "spatial_jax" and len(parts) > 1 else None
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """package -> the project packages its modules import."""
+    graph: dict[str, set[str]] = {}
+    for module, path in _source_files(root).items():
+        src = _package(module)
+        if src is None:
+            continue
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_pkg else 0)]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names] if base == "spatial_jax" else [base]
+            for target in targets:
+                dst = _package(target)
+                if dst is not None and dst != src:
+                    graph.setdefault(src, set()).add(dst)
+        graph.setdefault(src, set())
+    return graph
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for src, dsts in sorted(graph.items()):
+        if src not in LAYERS:
+            out.append(f"package {src} has no layer")
+            continue
+        for dst in sorted(dsts):
+            if dst in LAYERS and LAYERS[dst] >= LAYERS[src]:
+                out.append(f"{src} (layer {LAYERS[src]}) imports {dst} (layer {LAYERS[dst]})")
+    return out
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every elementary cycle's smallest rotation, found by depth-first search from each package."""
+    cycles = set()
+
+    def walk(start: str, node: str, path: list[str]) -> None:
+        for nxt in graph.get(node, ()):
+            if nxt == start:
+                i = path.index(min(path))
+                cycles.add(tuple(path[i:] + path[:i]))
+            elif nxt not in path and nxt > start:
+                walk(start, nxt, path + [nxt])
+
+    for start in graph:
+        walk(start, start, [start])
+    return [list(c) for c in sorted(cycles)]
+
+
+def test_lower_layers_never_import_higher_ones():
+    assert layer_violations(import_graph()) == []
+
+
+def test_packages_form_no_cycle():
+    assert package_cycles(import_graph()) == []
+
+
+def test_the_checks_see_a_planted_violation():
+    graph = import_graph()
+    graph["kernels"] = graph["kernels"] | {"rewards"}
+    graph["rewards"] = graph["rewards"] | {"kernels"}
+    assert "kernels (layer 0) imports rewards (layer 1)" in layer_violations(graph)
+    assert ["kernels", "rewards"] in package_cycles(graph)
+
+
+@pytest.mark.parametrize("name", ["spatialcore", "prosr", "spatialthinker", "allospatial"])
+def test_method_names_live_only_in_their_plugins(name):
+    """No string comparison or table keyed by a method's name outside methods/ (configs, docs and the dataset's
+    reference keys aside)."""
+    allowed = {ROOT / "spatial_jax" / "methods" / f"{name}.py", ROOT / "spatial_jax" / "methods" / "__init__.py"}
+    offenders = []
+    for path in _source_files(ROOT).values():
+        if path in allowed or "reference" in path.parts or "testing" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(c, ast.Constant) and c.value == name for c in [node.left, *node.comparators]
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == name for k in node.keys):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
