@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 import types
 import typing
@@ -20,6 +21,62 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A configuration key, value or file that cannot be used."""
+
+
+class FieldError(ValueError):
+    """One field's value breaks its rule; `from_dict` prefixes the dotted path of the table it sits in, so the user
+    reads `rl.loss.clip_high must be >= 0, got -1.0`."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field} {message}")
+
+
+# The one validation idiom: each config's __post_init__ states its rules with these. Every numeric rule rejects
+# NaN and infinities (a comparison with NaN is False, and `x > 0` accepts inf).
+def require(field: str, value: Any, ok: bool, must: str) -> None:
+    """Raises FieldError("<field> must <must>, got <value>") unless ok."""
+    if not ok:
+        raise FieldError(field, f"must {must}, got {value!r}")
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_range(cfg: Any, field: str, low: float | None = None, high: float | None = None, *,
+                low_open: bool = False, high_open: bool = False) -> None:
+    """`cfg.field` is a finite number in the interval [low, high] (ends open as asked; None: unbounded)."""
+    x = getattr(cfg, field)
+    ok = _finite(x)
+    if ok and low is not None:
+        ok = x > low if low_open else x >= low
+    if ok and high is not None:
+        ok = x < high if high_open else x <= high
+    if low is not None and high is not None:
+        must = f"lie in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    elif low is not None:
+        must = f"be {'>' if low_open else '>='} {low}"
+    elif high is not None:
+        must = f"be {'<' if high_open else '<='} {high}"
+    else:
+        must = "be a finite number"
+    require(field, x, ok, must)
+
+
+def check_positive(cfg: Any, *fields: str) -> None:
+    for f in fields:
+        check_range(cfg, f, 0, low_open=True)
+
+
+def check_non_negative(cfg: Any, *fields: str) -> None:
+    for f in fields:
+        check_range(cfg, f, 0)
+
+
+def check_at_least(cfg: Any, **minimums: int) -> None:
+    for f, low in minimums.items():
+        check_range(cfg, f, low)
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -96,16 +153,19 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 pass
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+        number = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if number is None:
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(number):  # no setting of this project takes NaN or an infinity
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
@@ -129,9 +189,11 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
     try:
         obj = cls(**kwargs)
+    except ConfigError:
+        raise
+    except FieldError as e:
+        raise ConfigError(f"{prefix}{e}") from e
     except (TypeError, ValueError) as e:
-        if isinstance(e, ConfigError):
-            raise
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: {e}") from e
     return obj
 
