@@ -44,7 +44,7 @@ setup(
         "pillow>=10",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100"],
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff==0.17.6"],
         "gpu": ["jax[cuda12]==0.10.2"],
         "tpu": ["jax[tpu]==0.10.2"],
     },

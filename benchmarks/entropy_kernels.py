@@ -7,7 +7,8 @@ For each (N, V) at hidden size D, in one process on the default JAX backend, it 
            (h @ w, then [N, V] @ w^T and h^T @ [N, V]) - what any exact method pays
 in two modes: "fwd" (log-probs and entropies) and "fwd_bwd" (plus d/dh and d/dw of sum(g_lp lp + g_H H)).
 Time: wall time of the compiled function, min over --repeats runs after one warm-up run (the min, because the
-machine may be shared); the implementations of one (N, V, mode) run in interleaved rounds so load hits them alike. Memory: XLA's compiled memory analysis,
+machine may be shared); the implementations of one (N, V, mode) run in interleaved rounds so load hits them alike.
+Memory: XLA's compiled memory analysis,
   peak = temp_size_in_bytes + argument_size_in_bytes + output_size_in_bytes - alias_size_in_bytes,
 i.e. everything the executable holds at once (inputs and outputs included; temp is listed separately).
 It also times position_entropy at --positions positions against all N positions (at the largest N and V).
@@ -223,7 +224,8 @@ def acceptance(result: dict) -> list[str]:
 
     def check(label, value, limit, higher_is_better=False):
         ok = value >= limit if higher_is_better else value <= limit
-        lines.append(f"- {label}: {value:.3f} ({'>=' if higher_is_better else '<='} {limit:.3f}) {'PASS' if ok else 'FAIL'}")
+        relation = ">=" if higher_is_better else "<="
+        lines.append(f"- {label}: {value:.3f} ({relation} {limit:.3f}) {'PASS' if ok else 'FAIL'}")
 
     xf, xb = (r if r and "oom" not in r else None for r in (at.get(("xla", "fwd")), at.get(("xla", "fwd_bwd"))))
     if xf and "time_vs_floor" in xf:

@@ -31,8 +31,8 @@ def bench_method(name: str, n: int, repeats: int, seed: int) -> dict:
 
     from spatial_jax.methods import get_method
     from spatial_jax.reference import advantages_torch
-    from spatial_jax.testing import rollouts as synthetic
     from spatial_jax.rewards.advantages import advantages_by_group
+    from spatial_jax.testing import rollouts as synthetic
 
     method = get_method(name)
     cfg = method.config()

@@ -13,7 +13,17 @@ records the errors.
     python benchmarks/triton_entropy.py                # GPU run: table + benchmarks/out/triton_entropy.json
     python benchmarks/triton_entropy.py --sweep        # first time launch configs at the first N, then use the best
     python benchmarks/triton_entropy.py --interpret    # no GPU: tiny shape under TRITON_INTERPRET=1 (smoke test)
+    python benchmarks/triton_entropy.py --peers        # beside CCE, Liger and verl: benchmarks/out/*_peers.{json,md}
+    python benchmarks/triton_entropy.py --peers --interpret   # the peers' parity on tiny shapes, on CPU
 Without CUDA and without --interpret it prints why and exits 0.
+
+--peers (benchmarks/peers.py has the adapters and their conventions): first every kernel's parity against the
+float64 reference at N = --parity-n, D = --d, V = --v and --v - 1, in two logit regimes of a trained head (std 4,
+mean 0 and mean -16), forward and backward; then, for the kernels that run here, forward and forward+backward
+(dh, dw) time and memory above inputs at N in --ns, V = --v, bf16, logits of std 4, targets sampled from the model,
+the same timing rules as above. A kernel whose package is missing is reported "not installed"; one that fails, with
+its error. CCE and Liger compute log p only (cross-entropy); this kernel has no switch to leave the entropy out, so
+against them it is timed as is: log p + entropy against log p alone.
 """
 
 from __future__ import annotations
@@ -45,6 +55,8 @@ def _parse() -> argparse.Namespace:
                         "the benchmark with the config fastest at forward+backward")
     p.add_argument("--budget-s", type=float, default=2.0, help="target seconds of timed repeats per measurement")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/out/triton_entropy*.json)")
+    p.add_argument("--peers", action="store_true", help="parity and timing beside CCE, Liger and verl")
+    p.add_argument("--parity-n", type=int, default=256, help="rows N of the --peers parity inputs")
     return p.parse_args()
 
 
@@ -52,6 +64,7 @@ ARGS = _parse()
 if ARGS.interpret:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first triton import
 
+import peers  # noqa: E402  (benchmarks/peers.py, beside this script)
 import torch  # noqa: E402
 import triton  # noqa: E402
 
@@ -90,7 +103,10 @@ def _run_mode(fn, h, w, targets, g_lp, g_ent, mode):
     ww = w.detach().requires_grad_(mode == "fwd_bwd_dh_dw")
     lp, ent = fn(hh, ww, targets)
     inputs = (hh, ww) if ww.requires_grad else (hh,)
-    torch.autograd.grad((lp, ent), inputs, (g_lp, g_ent))
+    if ent is None:  # a cross-entropy-only kernel
+        torch.autograd.grad(lp, inputs, g_lp)
+    else:
+        torch.autograd.grad((lp, ent), inputs, (g_lp, g_ent))
 
 
 def _floor(h, w, dz, mode):
@@ -207,8 +223,8 @@ def _gpu(out_path: Path, device: str) -> None:
                 t, m = _measure(lambda fn=fn: _run_mode(fn, h, w, targets, g_lp, g_ent, mode))
                 row[name] = {"seconds": t, "peak_bytes": m}
             dz = None if mode == "fwd" else torch.randn(n, v, device=device, dtype=torch.bfloat16)
-            t, m = _measure(lambda: _floor(h, w, dz, mode))
-            del dz
+            t, m = _measure(lambda dz=dz: _floor(h, w, dz, mode))
+            dz = None
             row["floor"] = {"seconds": t, "peak_bytes": m}
             row["triton_over_floor_time"] = _ratio(row["triton"]["seconds"], row["floor"]["seconds"])
             row["triton_over_naive_time"] = _ratio(row["triton"]["seconds"], row["naive"]["seconds"])
@@ -283,12 +299,82 @@ def _write(path: Path, result: dict) -> None:
     print(f"wrote {path}")
 
 
+PEER_MODES = ("fwd", "fwd_bwd_dh_dw")
+
+
+def _peer_parity(result, out_path, n, d, v, device):
+    runnable = [p for p in peers.PEERS if p.missing() is None]
+    for vocab in (v, v - 1):
+        for regime in peers.REGIMES:
+            case = peers.parity_case(runnable, n, d, vocab, regime, torch.bfloat16, device)
+            result["parity"].append(case)
+            print(f"parity V={vocab} {regime}: " + ", ".join(f"{k} {r['verdict']}" for k, r in case["results"].items()),
+                  flush=True)
+            _write(out_path, result)
+
+
+def _peer_report(out_path, result):
+    text = "\n\n".join([peers.kernels_markdown(result["peers"]), peers.parity_markdown(result["parity"])]
+                        + ([peers.timing_markdown(result)] if result.get("cases") else []))
+    md = out_path.with_suffix(".md")
+    md.write_text(text + "\n")
+    print(f"\n{text}\nwrote {md}")
+
+
+def _peers_gpu(out_path: Path, device: str) -> None:
+    d, v = ARGS.d, ARGS.v
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version(), "d": d, "v": v, "dtype": "bfloat16", "parity_n": ARGS.parity_n,
+              "regimes_std_mean": peers.REGIMES, "verdict_ok_wrong": {"fwd_nats": [peers.FWD_OK, peers.FWD_WRONG],
+                                                                      "grad_rel": [peers.GRAD_OK, peers.GRAD_WRONG]},
+              "peers": peers.describe(), "parity": [], "cases": []}
+    print(peers.kernels_markdown(result["peers"]), flush=True)
+    _peer_parity(result, out_path, ARGS.parity_n, d, v, device)
+    timed = [p for p in peers.PEERS if p.timed and p.missing() is None]
+    for n in ARGS.ns:
+        h, w = peers.lm_head(n, d, v, torch.bfloat16, device, *peers.REGIMES["std 4"], seed=0)
+        targets = peers.sample_targets(h, w, seed=0)
+        w_dv = w.contiguous() if any(p.contiguous_dv for p in timed) else w
+        g = torch.Generator(device=device).manual_seed(3)
+        g_lp, g_ent = torch.randn(n, generator=g, device=device), torch.randn(n, generator=g, device=device)
+        case = {"n": n, "modes": {}}
+        for mode in PEER_MODES:
+            row = case["modes"][mode] = {}
+            for p in timed:
+                ww = w_dv if p.contiguous_dv else w
+                try:
+                    t, m = _measure(lambda: _run_mode(p.fn, h, ww, targets, g_lp, g_ent, mode))
+                except Exception as e:  # a peer that fails is reported, and the others still run
+                    t, m = f"error: {type(e).__name__}: {str(e)[:200]}", "-"
+                row[p.name] = {"seconds": t, "peak_bytes": m}
+                print(f"N={n} {mode} {p.name}: {_fmt(t, 's') if isinstance(t, float) else t}, "
+                      f"{_fmt(m, 'b') if isinstance(m, int) else m}", flush=True)
+        result["cases"].append(case)
+        _write(out_path, result)  # a later N may run out of time: keep what is measured
+        h = w = w_dv = ww = targets = None  # frees the device memory before the next shape
+    _peer_report(out_path, result)
+
+
+def _peers_interpret(out_path: Path) -> None:
+    """CPU: every installed peer that runs in the interpreter, parity only, at tiny shapes (D a multiple of 128)."""
+    result = {"mode": "interpret", "parity_n": 33, "peers": peers.describe(), "parity": []}
+    _peer_parity(result, out_path, 33, 128, 384, "cpu")
+    _peer_report(out_path, result)
+    bad = [c["regime"] for c in result["parity"] if c["results"]["spatial-jax"]["verdict"] != "ok"]
+    if bad:
+        sys.exit(f"peers interpreter smoke test FAILED: spatial-jax not ok in {bad}")
+
+
 def main() -> None:
-    if ARGS.interpret:
+    if ARGS.peers and ARGS.interpret:
+        _peers_interpret(ARGS.out or OUT_DIR / "triton_entropy_peers_interpret.json")
+    elif ARGS.interpret:
         _interpret(ARGS.out or OUT_DIR / "triton_entropy_interpret.json")
     elif not torch.cuda.is_available():
         print("triton_entropy benchmark: no CUDA device here; nothing timed. "
               "Run it on an NVIDIA GPU, or pass --interpret for a CPU smoke test.")
+    elif ARGS.peers:
+        _peers_gpu(ARGS.out or OUT_DIR / "triton_entropy_peers.json", "cuda")
     else:
         _gpu(ARGS.out or OUT_DIR / "triton_entropy.json", "cuda")
 

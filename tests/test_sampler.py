@@ -199,7 +199,7 @@ def _check_against_full_forward(model, rows, pv, grid, out, temperature):
     comps = _completions(out)
     full, mask = _full_forward(model, [r + c for r, c in zip(rows, comps)], pv, grid)
     T = full.shape[1]
-    for i, (r, c) in enumerate(zip(rows, comps)):
+    for i, c in enumerate(comps):
         # logits predicting completion token j sit at the position just before it
         at = np.arange(T - len(c) - 1, T - 1)
         step_logits = jnp.asarray(full[i, at])

@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             draw.rectangle(box, outline=(220, 0, 220), width=1 + int(2 * b.validity))
         tiles.append(im)
         fmt = METHODS[args.method].prompt
-        lines += [f"== {s.id} [{s.category}] gold {s.answer}", prompts.user_text(s, fmt),
-                  f"corruption: {[r['kind'] for r in s.meta['corruption']]}", "-- target:", s.reference[fmt.reference_key],
-                  ""]
+        corruption = [r["kind"] for r in s.meta["corruption"]]
+        lines += [f"== {s.id} [{s.category}] gold {s.answer}", prompts.user_text(s, fmt), f"corruption: {corruption}",
+                  "-- target:", s.reference[fmt.reference_key], ""]
     cols = min(4, len(tiles))
     rows = (len(tiles) + cols - 1) // cols
     sheet = Image.new("RGB", (cols * cfg.width * k, rows * cfg.height * k), (255, 255, 255))

@@ -56,7 +56,8 @@ def sample(
     seed: int,
 ) -> Completions:
     ids, mask, pixels, grid = repeat_batch(batch, group_size)
-    out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, cfg=dataclasses.replace(cfg, seed=seed))
+    out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid,
+                      cfg=dataclasses.replace(cfg, seed=seed))
     tokens, m = to_host(out.tokens), to_host(out.mask)
     texts, offsets = [], []
     for r in range(tokens.shape[0]):
