@@ -175,6 +175,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: cannot use {value!r} as {tp}")
 
 
+def _field_defaults(cls: type) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     """Builds dataclass `cls` from a nested dict; keys it does not declare are errors."""
     if not isinstance(data, dict):
@@ -186,7 +196,14 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
             f"unknown config key(s) {[prefix + k for k in unknown]} for {cls.__name__}; "
             f"known: {sorted(types_)}"
         )
-    kwargs = {k: _coerce(v, types_[k], prefix + k) for k, v in data.items()}
+    defaults = _field_defaults(cls)
+    kwargs = {}
+    for k, v in data.items():
+        # a partial table keeps the parent's default for the keys it does not set (rl.loss.kind=gspo must not
+        # reset rl.loss.kl_coef to LossConfig's own default)
+        if isinstance(v, dict) and dataclasses.is_dataclass(defaults.get(k)):
+            v = merge(to_dict(defaults[k]), v)
+        kwargs[k] = _coerce(v, types_[k], prefix + k)
     try:
         obj = cls(**kwargs)
     except ConfigError:

@@ -120,4 +120,6 @@ def test_sharded_checkpoint_and_bf16(pair, tmp_path):
     low = from_pretrained(tmp_path / "bf16", dtype="bfloat16")
     c = forward(low, ids, mask)
     assert c.dtype == np.float32
-    assert max_err_real(c, a, mask) < 0.25 * float(np.abs(np.asarray(a)).max())
+    # bf16 weights and compute: 1.4-2.3% of max|logit| observed on the two variants; 5% leaves margin, while a wrong
+    # cast (bf16 weights read as another dtype, a dropped layer) lands far above it
+    assert max_err_real(c, a, mask) < 0.05 * float(np.abs(np.asarray(a)).max())
