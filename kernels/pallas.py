@@ -35,7 +35,8 @@ def _dot(a, b, contract):
     return lax.dot_general(a, b, (contract, ((), ())), preferred_element_type=jnp.float32, precision=_HIGHEST)
 
 
-def _forward_kernel(h_ref, w_ref, t_ref, lp_ref, ent_ref, lse_ref, acc, m_ref, s_ref, sz_ref, zt_ref, *, v, temperature):
+def _forward_kernel(h_ref, w_ref, t_ref, lp_ref, ent_ref, lse_ref, acc, m_ref, s_ref, sz_ref, zt_ref, *, v,
+                    temperature):
     j, k = pl.program_id(1), pl.program_id(2)
     last_j, last_k = pl.num_programs(1) - 1, pl.num_programs(2) - 1
     block_v = w_ref.shape[1]

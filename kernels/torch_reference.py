@@ -19,7 +19,8 @@ def logprob_entropy(
     return lp, ent
 
 
-def position_entropy(h: torch.Tensor, w: torch.Tensor, positions: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def position_entropy(h: torch.Tensor, w: torch.Tensor, positions: torch.Tensor,
+                     temperature: float = 1.0) -> torch.Tensor:
     """Entropy of the next-token distribution at rows `positions` of h only, float64."""
     z = (h[positions.long()].double() @ w.double()) / temperature
     logp = torch.log_softmax(z, dim=-1)

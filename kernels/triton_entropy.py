@@ -13,8 +13,9 @@ Backward, per vocabulary chunk of `vocab_chunk` columns: a kernel over (row bloc
 logit tile and writes
   dz_j = g_lp (onehot_j - p_j) - g_H p_j (log p_j + H)   (log p_j + H = z_j - mu, mu = sum_j p_j z_j)
 divided by the temperature, in the input dtype, into a [N, vocab_chunk] buffer; the two gradient GEMMs
-dh += dz @ w_c^T and dw_c = h^T @ dz then run as plain matmuls on the vendor BLAS. An earlier design kept everything in Triton (one kernel per row block adding dz @ w^T into its dh rows,
-one per vocabulary tile for dw): on an H200 its read-add-write of float32 accumulators in every tile made
+dh += dz @ w_c^T and dw_c = h^T @ dz then run as plain matmuls on the vendor BLAS. An earlier design kept
+everything in Triton (one kernel per row block adding dz @ w^T into its dh rows, one per vocabulary tile for dw):
+on an H200 its read-add-write of float32 accumulators in every tile made
 forward+backward 6-8x the matmul floor (benchmarks/RESULTS.md). Every output element is still written by one
 program or one GEMM in a fixed order (no atomics), so gradients are bit-reproducible run to run. The dz buffer is
 the only [N, x] allocation (near 512 MiB by default); with a frozen head (w needs no gradient) the dw GEMM is skipped.

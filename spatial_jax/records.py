@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
+import sys
 from typing import Any
 
 # Entropies are nats over a vocabulary: ln(V) < 30 for any real V; beyond this bound a value is a unit or data error.
 ENTROPY_LIMIT = 1e6
+# Entropies computed in float32 as lse - E[logit], logits tens of nats, miss by ~1e-5; below -this it is no rounding.
+ENTROPY_ROUNDING = 1e-4
+INT64_MAX = 2**63 - 1
+FLOAT_MAX = sys.float_info.max
 
 
 class RecordError(ValueError):
     """A rollout record that cannot be scored; the message names the field."""
+
+
+def brief(x: Any) -> str:
+    """A bounded repr of input data for error messages: a giant string or a deeply nested list stays one short line."""
+    return reprlib.repr(x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,41 +75,64 @@ class Rollout:
             raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
         if "completion" not in obj or not isinstance(obj["completion"], str):
             raise RecordError("field 'completion' must be a string")
-        rid = obj.get("id", "")
+        rid = _key(obj.get("id"), "id")
         options = obj.get("options") or ()
         if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
             raise RecordError("field 'options' must be a list of strings")
         question = obj.get("question", "")
         if not isinstance(question, str):
             raise RecordError("field 'question' must be a string")
-        group = obj.get("group")
+        group = _key(obj.get("group"), "group")
         return Rollout(
-            id=str(rid),
+            id=rid or "",
             completion=obj["completion"],
             question=question,
             options=tuple(options),
-            answer=obj.get("answer"),
+            answer=_answer(obj.get("answer")),
             gt_boxes=parse_gt_boxes(obj.get("gt_boxes")),
-            trace=_trace(obj.get("token_entropies"), obj.get("token_offsets"), "token_"),
+            trace=_trace(obj.get("token_entropies"), obj.get("token_offsets"), "token_", obj["completion"]),
             blank=_blank(obj.get("blank")),
-            scene=_scene(obj.get("scene")),
+            scene=parse_scene(obj.get("scene")),
             image_size=parse_image_size(obj.get("image_size")),
             num_generated_tokens=_opt_int(obj.get("num_generated_tokens"), "num_generated_tokens"),
-            group=None if group is None else str(group),
+            group=group,
         )
+
+
+def _key(x: Any, field: str) -> str | None:
+    """An id or group: a string or an integer (kept as its decimal string), None when absent."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (str, int)):
+        raise RecordError(f"field '{field}' must be a string or an integer, got {brief(x)}")
+    return str(x)
+
+
+def _answer(x: Any) -> str | int | float | None:
+    """The gold as the scorers read it: a letter or text, an option index or a number (SPEC 2, 5), or null."""
+    if x is None or isinstance(x, str):
+        return x
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise RecordError(f"field 'answer' must be a string, a number or null, got {brief(x)}")
+    if not math.isfinite(_number(x, "answer")):
+        raise RecordError(f"field 'answer' must be finite, got {x}")
+    return x
 
 
 def _number(x: Any, field: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise RecordError(f"field '{field}' must be a number, got {x!r}")
-    return float(x)
+        raise RecordError(f"field '{field}' must be a number, got {brief(x)}")
+    try:
+        return float(x)
+    except OverflowError:  # JSON integers have no size limit; floats end near 1.8e308
+        raise RecordError(f"field '{field}' = {brief(x)} is beyond the range of a float") from None
 
 
 def _opt_int(x: Any, field: str) -> int | None:
     if x is None:
         return None
-    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
-        raise RecordError(f"field '{field}' must be a non-negative integer, got {x!r}")
+    if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= INT64_MAX:
+        raise RecordError(f"field '{field}' must be an integer in [0, 2**63 - 1], got {brief(x)}")
     return x
 
 
@@ -129,7 +163,15 @@ def parse_gt_boxes(raw: Any, require_label: bool = False) -> tuple[GTBox, ...]:
     return tuple(out)
 
 
-def _trace(ent: Any, off: Any, prefix: str) -> TokenTrace:
+def _trace(ent: Any, off: Any, prefix: str, completion: str) -> TokenTrace:
+    """Validates a token trace against its completion, so a trace no tokenizer emits cannot steer a reward.
+
+    Offsets: 0 <= start <= end <= len(completion), in text order without overlap (start >= the previous end).
+    Tokenizers do emit zero-width spans [k, k] (special tokens, the first bytes of a character split over byte
+    tokens), and Hugging Face gives each byte token of a split character that character's one-character span, so a
+    token may repeat the previous span when it is one character wide. Entropies: null (missing, kept as NaN: "no
+    information"), else finite, >= 0 and <= ENTROPY_LIMIT; values in [-ENTROPY_ROUNDING, 0) are rounding and read 0.
+    """
     if ent is None and off is None:
         return TokenTrace()
     if not isinstance(ent, list) or not isinstance(off, list):
@@ -138,30 +180,39 @@ def _trace(ent: Any, off: Any, prefix: str) -> TokenTrace:
         raise RecordError(
             f"'{prefix}entropies' has {len(ent)} items but '{prefix}offsets' has {len(off)}"
         )
-    entropies = []
-    for i, e in enumerate(ent):
-        # A missing or non-finite entropy is kept as NaN: the scorer treats it as "no information".
-        if e is None:
-            entropies.append(float("nan"))
-            continue
-        value = _number(e, f"{prefix}entropies")
-        if math.isfinite(value) and abs(value) > ENTROPY_LIMIT:
-            # No vocabulary comes near; such values would only overflow the trajectory sums of ProSR.
-            raise RecordError(f"field '{prefix}entropies[{i}]' = {value} is no entropy in nats "
-                              f"(|value| > {ENTROPY_LIMIT:g})")
-        entropies.append(value)
-    offsets = []
+    # Traces run to thousands of tokens per line, so the common case is one cheap pass; from the first value that
+    # fails it on, the full check runs, and says what is wrong.
+    bad = next((i for i, e in enumerate(ent)
+                if not (e is None or (type(e) in (float, int) and -ENTROPY_ROUNDING <= e <= ENTROPY_LIMIT))), None)
+    for i in range(len(ent) if bad is None else bad, len(ent)):
+        _check_entropy(ent[i], f"{prefix}entropies[{i}]")
+    entropies = tuple(math.nan if e is None else 0.0 if e < 0 else float(e) for e in ent)
+    n, last = len(completion), (0, 0)
     for i, o in enumerate(off):
-        if (
-            not isinstance(o, (list, tuple))
-            or len(o) != 2
-            or not all(isinstance(c, int) and not isinstance(c, bool) for c in o)
-            or not 0 <= o[0] <= o[1]
-        ):
-            raise RecordError(f"field '{prefix}offsets[{i}]' must be [start, end) integers, 0 <= start <= end, "
-                              f"got {o!r}")
-        offsets.append((int(o[0]), int(o[1])))
-    return TokenTrace(entropies=tuple(entropies), offsets=tuple(offsets))
+        if type(o) not in (list, tuple) or len(o) != 2 or type(o[0]) is not int or type(o[1]) is not int:
+            raise RecordError(f"field '{prefix}offsets[{i}]' must be [start, end) integers, got {brief(o)}")
+        start, end = o
+        if not 0 <= start <= end <= n:
+            raise RecordError(f"field '{prefix}offsets[{i}]' = {brief(o)} must satisfy 0 <= start <= end <= {n} "
+                              "(the completion's length)")
+        if start < last[1] and not (start == last[0] and end == last[1] and end - start == 1):
+            raise RecordError(f"field '{prefix}offsets[{i}]' = {brief(o)} overlaps or precedes the previous token's "
+                              f"{list(last)}; tokens follow each other in the text")
+        last = (start, end)
+    return TokenTrace(entropies=entropies, offsets=tuple((o[0], o[1]) for o in off))
+
+
+def _check_entropy(e: Any, field: str) -> None:
+    if e is None:
+        return
+    value = _number(e, field)
+    if not math.isfinite(value):
+        raise RecordError(f"field '{field}' must be finite (null marks a missing entropy), got {value}")
+    if value < -ENTROPY_ROUNDING:
+        raise RecordError(f"field '{field}' = {value} is negative; an entropy is >= 0")
+    if value > ENTROPY_LIMIT:
+        # No vocabulary comes near; such values would only overflow the trajectory sums of ProSR.
+        raise RecordError(f"field '{field}' = {value} is no entropy in nats (> {ENTROPY_LIMIT:g})")
 
 
 def _blank(raw: Any) -> BlankRollout | None:
@@ -171,26 +222,39 @@ def _blank(raw: Any) -> BlankRollout | None:
         raise RecordError("field 'blank' must be an object with a string 'completion'")
     return BlankRollout(
         completion=raw["completion"],
-        trace=_trace(raw.get("token_entropies"), raw.get("token_offsets"), "blank.token_"),
+        trace=_trace(raw.get("token_entropies"), raw.get("token_offsets"), "blank.token_", raw["completion"]),
     )
 
 
-def _scene(raw: Any) -> dict | None:
+def parse_scene(raw: Any) -> dict | None:
+    """SpatialThinker's reference scene graph (SPEC 1.2), kept as given once its boxes are known to be usable:
+    `objects` (default []) a list of objects whose `bbox` is 4 finite numbers, `relationships` (default []) a list."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise RecordError("field 'scene' must be an object")
+    objects, relations = raw.get("objects", []), raw.get("relationships", [])
+    if not isinstance(objects, list) or not isinstance(relations, list):
+        raise RecordError("fields 'scene.objects' and 'scene.relationships' must be lists")
+    for i, obj in enumerate(objects):
+        where = f"scene.objects[{i}]"
+        if not isinstance(obj, dict):
+            raise RecordError(f"field '{where}' must be an object")
+        bbox = obj.get("bbox")
+        if not isinstance(bbox, list) or len(bbox) != 4:
+            raise RecordError(f"field '{where}.bbox' must be 4 numbers, got {brief(bbox)}")
+        if not all(math.isfinite(_number(c, f"{where}.bbox")) for c in bbox):
+            raise RecordError(f"field '{where}.bbox' must be finite, got {brief(bbox)}")
     return raw
 
 
 def parse_image_size(raw: Any) -> tuple[int, int] | None:
     if raw is None:
         return None
-    if (
-        not isinstance(raw, (list, tuple))
-        or len(raw) != 2
-        or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and 1 <= c < math.inf for c in raw)
+    # Kept as whole pixels, so a size below 1 would become 0 and divide the boxes by zero; scorers divide by it as
+    # floats, so it must be one.
+    if not isinstance(raw, (list, tuple)) or len(raw) != 2 or not all(
+        isinstance(c, (int, float)) and not isinstance(c, bool) and 1 <= c <= FLOAT_MAX for c in raw
     ):
-        # Kept as whole pixels, so a size below 1 would become 0 and divide the boxes by zero.
-        raise RecordError(f"field 'image_size' must be [width, height] finite numbers >= 1, got {raw!r}")
+        raise RecordError(f"field 'image_size' must be [width, height] finite numbers >= 1, got {brief(raw)}")
     return (int(raw[0]), int(raw[1]))

@@ -1,6 +1,7 @@
 """Test session setup: 8 host devices for sharding tests and Triton's CPU interpreter, set before any import."""
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["XLA_FLAGS"] = (
@@ -8,3 +9,6 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Hypothesis keeps its example database and caches under ./.hypothesis unless told otherwise; a run of the tests
+# leaves the working tree as it found it. Read when Hypothesis first stores something, so setting it here is in time.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "spatial-jax-hypothesis"))

@@ -10,8 +10,8 @@ import pytest
 from spatial_jax.data import pipeline as P
 from spatial_jax.data import synthetic
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens
-from spatial_jax.data.prompts import HARNESS, SCENE_GRAPH, THINK_BOXES
 from spatial_jax.data.jsonl import read_jsonl, write_jsonl
+from spatial_jax.data.prompts import HARNESS, SCENE_GRAPH, THINK_BOXES
 from spatial_jax.data.sample import DatasetError, Sample
 from spatial_jax.data.tokenizer import build_tokenizer
 

@@ -247,7 +247,7 @@ def test_config_validation():
         syn.SyntheticConfig(question_types=("colour",))
     with pytest.raises(ValueError, match="corrupt_fraction"):
         syn.SyntheticConfig(corrupt_fraction=1.5)
-    with pytest.raises(ValueError, match="32x32"):
+    with pytest.raises(ValueError, match=r"width must lie in \[32, 4096\], got 16"):
         syn.SyntheticConfig(width=16)
     with pytest.raises(ValueError, match="split"):
         syn.make_sample(ALL, "test", 0)

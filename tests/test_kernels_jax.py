@@ -163,7 +163,8 @@ def test_position_entropy_matches_reference():
         0.9,
     ).numpy()
     for impl in ("naive", "xla"):
-        got = np.asarray(position_entropy(h, w, positions, temperature=0.9, impl=impl, block_v=128 if impl == "xla" else None))
+        got = np.asarray(position_entropy(h, w, positions, temperature=0.9, impl=impl,
+                                          block_v=128 if impl == "xla" else None))
         assert np.max(np.abs(got - want)) <= 1e-4, impl
     batched = position_entropy(jnp.stack([h, h[::-1]]), w, jnp.asarray([[0, 19], [19, 0]]), temperature=0.9)
     np.testing.assert_allclose(np.asarray(batched), np.asarray([want[:2], want[:2]]), atol=1e-4)
@@ -172,16 +173,18 @@ def test_position_entropy_matches_reference():
 
 
 def test_coordinate_uncertainty_matches_eq5():
-    """Eq. 5, SpatialCORE, recomputed by hand from the torch entropies: per-coordinate mean, mean of 4, / ln 10."""
-    h, w, _, _, _ = make_case(2 * 12, 16, 500, h_std=8.0, w_std=0.05, seed=4)
+    """Eq. 5, SpatialCORE, recomputed by hand from the torch entropies: per-coordinate mean, mean of 4, / ln 10.
+
+    The logits are peaked enough (entropies 0.02 to 3 nats) that H lies well inside (0, 1), unclipped, and the
+    coordinates hold 1, 2, 3 and 3 digits, the lone digit of coordinate 0 the most uncertain: a flat mean over all
+    digits misses by > 0.1, another divisor than ln 10 (ln 9, say) by > 0.02, far beyond the 1e-5 tolerance."""
+    h, w, _, _, _ = make_case(2 * 12, 16, 500, h_std=8.0, w_std=0.3, seed=4)
     h3 = h.reshape(2, 12, 16)
-    rng = np.random.default_rng(5)
-    positions = rng.integers(0, 12, size=(2, 4, 3)).astype(np.int32)
-    mask = rng.uniform(size=(2, 4, 3)) < 0.7
-    mask[:, :, 0] = True
-    mask[1, 2, :] = False  # box 1 lacks a digit for coordinate 2: no uncertainty
-    positions[0, 1, 2] = 99  # out of range but masked: ignored
-    mask[0, 1, 2] = False
+    positions = np.array([[[9, 0, 0], [1, 2, 0], [3, 4, 5], [6, 7, 8]],  # token 9 (3 nats) alone in coordinate 0
+                          [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]], np.int32)
+    mask = np.array([[[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]],
+                     [[1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1]]], bool)  # box 1 lacks coordinate 2: no H
+    positions[0, 0, 2] = 99  # out of range but masked: ignored
     got_h, got_has = coordinate_uncertainty(h3, w, jnp.asarray(positions), jnp.asarray(mask), impl="xla")
     ent = torch_reference.position_entropy(
         torch.tensor(np.asarray(h), dtype=torch.float64),
@@ -189,7 +192,10 @@ def test_coordinate_uncertainty_matches_eq5():
         torch.tensor(np.clip(positions, 0, 11) + 12 * np.arange(2)[:, None, None]).reshape(-1),
     ).numpy().reshape(2, 4, 3)
     per_coord = [ent[0, c][mask[0, c]].mean() for c in range(4)]
-    want0 = min(max(np.mean(per_coord) / math.log(10.0), 0.0), 1.0)
+    want0 = np.mean(per_coord) / math.log(10.0)
+    assert 0.1 < want0 < 0.9  # no clipping hides the average or the divisor
+    flat0 = ent[0][mask[0]].mean() / math.log(10.0)
+    assert abs(flat0 - want0) > 0.1
     assert bool(got_has[0]) and not bool(got_has[1])
     assert abs(float(got_h[0]) - want0) <= 1e-5 and float(got_h[1]) == 0.0
 

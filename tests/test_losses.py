@@ -226,15 +226,18 @@ def test_gspo_and_gspo_token_agree_with_sequence_advantages():
         np.testing.assert_allclose(a[2], b[2], rtol=1e-10, atol=1e-14)
 
 
-def test_gspo_token_cap_keeps_each_tokens_gradient():
-    """SPEC 6: s_it = sg(s_i) exp(logp - sg(logp)) with log s_i capped at 10. Beyond the cap the ratio is e^10
-    and, with a negative advantage (no dual clip), each token's gradient is still e^10 |A| / n (token mean)."""
-    batch = dict(logp=np.full((1, 4), -5.0), old_logp=np.full((1, 4), -20.0), advantages=np.array([-1.0]),
+@pytest.mark.parametrize("log_s", [9.5, 15.0])
+def test_gspo_token_cap_applies_to_the_combined_log_ratio(log_s):
+    """SPEC 6 (settled 2026-11-30, as verl): log s_it = sg(log s_i) + logp - sg(logp) is capped at 10 as a whole, so
+    a token whose sequence is more than e^10 off-policy carries no gradient (the code had kept e^10 |A| / n there).
+    Under the cap each token's gradient is s_i |A| / n (token mean, negative advantage, no dual clip)."""
+    batch = dict(logp=np.full((1, 4), -5.0), old_logp=np.full((1, 4), -5.0 - log_s), advantages=np.array([-1.0]),
                  mask=np.ones((1, 4)), ref_logp=np.full((1, 4), -5.0), entropy=np.zeros((1, 4)))
     cfg = losses.LossConfig(kind="gspo_token", kl_coef=0.0)
     loss, metrics, grad = jax_loss_and_grad(batch, cfg, jnp.float64)
-    assert loss == pytest.approx(math.exp(10.0), rel=1e-12) and metrics["ratio_max"] == pytest.approx(math.exp(10.0))
-    np.testing.assert_allclose(grad, np.full((1, 4), math.exp(10.0) / 4), rtol=1e-12)
+    ratio = math.exp(min(log_s, 10.0))
+    assert loss == pytest.approx(ratio, rel=1e-12) and metrics["ratio_max"] == pytest.approx(ratio, rel=1e-12)
+    np.testing.assert_allclose(grad, np.full((1, 4), ratio / 4 if log_s < 10.0 else 0.0), rtol=1e-12)
     t_loss, _, t_grad = torch_loss_and_grad(batch, cfg)
     assert t_loss == pytest.approx(loss, rel=1e-12)
     np.testing.assert_allclose(t_grad, grad, rtol=1e-12)

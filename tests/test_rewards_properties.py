@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from spatial_jax.records import BlankRollout, GTBox, Rollout, TokenTrace
 from spatial_jax.rewards import prosr, spatialcore
-from spatial_jax.testing import rollouts as synthetic
 from spatial_jax.rewards.advantages import advantages_by_group
 from spatial_jax.rewards.parse_think import parse_think, resolve_gold
+from spatial_jax.testing import rollouts as synthetic
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

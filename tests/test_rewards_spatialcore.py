@@ -9,11 +9,11 @@ from spatial_jax.config import ConfigError, apply_overrides
 from spatial_jax.kernels.uncertainty import LN10
 from spatial_jax.methods import get_method
 from spatial_jax.records import GTBox, Rollout, TokenTrace
-from spatial_jax.testing import rollouts as synthetic
 from spatial_jax.rewards.advantages import advantages_by_group
 from spatial_jax.rewards.advantages import group_advantages_jit as group_advantages
 from spatial_jax.rewards.parse_think import answer_letter, parse_think, resolve_gold
 from spatial_jax.rewards.spatialcore import SpatialCOREConfig, f_alpha, score, score_batch
+from spatial_jax.testing import rollouts as synthetic
 
 CFG = SpatialCOREConfig()
 OPTIONS = ("A. the sedan is left", "B. a man on the left")
@@ -28,7 +28,7 @@ def make(completion, gt=(), digit_h=0.0, other_h=1.0, question="Where is the bla
     offsets = synthetic.tokenize(completion)
     ent = [digit_h if completion[s:e].isdigit() else other_h for s, e in offsets]
     return Rollout(id="x", completion=completion, question=question, options=OPTIONS, answer=answer,
-                   gt_boxes=tuple(GTBox(bbox=tuple(map(float, b)), label=l, validity=v) for b, l, v in gt),
+                   gt_boxes=tuple(GTBox(bbox=tuple(map(float, b)), label=lab, validity=v) for b, lab, v in gt),
                    trace=TokenTrace(entropies=tuple(ent), offsets=tuple(offsets)))
 
 
@@ -214,3 +214,19 @@ def test_overlong_and_non_ascii_coordinates_are_invalid_boxes():
 def test_numpy_integer_gold_is_an_option_index():
     assert resolve_gold(np.int64(1), OPTIONS) == "B" and resolve_gold(np.int32(5), OPTIONS) is None
     assert score(make("x\n</think>\nB", answer=np.int64(1)))["r_ans"] == 1.0
+
+
+def test_format_floor_bounds_the_reward():
+    """SPEC 2 (settled 2026-11-30): the format term is floored at -0.2, so 200 copies of one box (-20.8 before)
+    score -1.2, the bottom of [-1.2, 2.25]; the torch reference applies the same floor."""
+    from spatial_jax.reference import spatialcore_torch
+
+    copies = "\n".join([box_line([0, 0, 100, 100], "car")] * 200)
+    ro = make(copies + "\n</think>\nA", gt=[([500, 500, 600, 600], "dog", 1.0)])
+    s = score(ro)
+    assert s["format"] == pytest.approx(-0.2) and s["r_spatial"] == -1.0
+    assert s["reward"] == pytest.approx(-1.2) and s["reward"] >= -1.2 - 1e-12
+    assert s == pytest.approx(spatialcore_torch.score_batch([ro], CFG)[0], abs=1e-12)
+    three = "\n".join([box_line([0, 0, 100, 100], "car")] * 3)  # 0.2 - 0.1 - 0.2 = -0.1: above the floor
+    assert score(make(three + "\n</think>\nA", question="q"))["format"] == pytest.approx(-0.1)
+    assert SpatialCOREConfig(format_floor=-1.0).format_floor == -1.0

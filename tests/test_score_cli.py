@@ -120,4 +120,109 @@ def test_records_reject_negative_offsets_and_absurd_entropies():
         Rollout.from_json({**base, "token_offsets": [[-3, 1], [1, 2]]})  # would slice the text from its end
     with pytest.raises(RecordError, match=r"token_entropies\[1\]"):
         Rollout.from_json({**base, "token_entropies": [0.1, 1e308]})  # would overflow ProSR's segment sums
-    assert Rollout.from_json({**base, "token_entropies": [None, -1e-7]}).trace.entropies[1] == -1e-7
+    assert Rollout.from_json({**base, "token_entropies": [None, -1e-7]}).trace.entropies[1] == 0.0  # rounding
+
+
+def test_hostile_json_lines_are_malformed_lines(tmp_path, rollouts, capsys):
+    """A line nested 100,000 deep or an integer over 4,300 digits is one malformed line, not the loss of the file."""
+    hostile = ["[" * 100_000 + "]" * 100_000, '{"id": ' + "9" * 5000 + ', "completion": "x"}']
+    path = write(tmp_path / "in.jsonl", rollouts[:2], hostile + [json.dumps(rollouts[2])])
+    rc = main(["score", "--method", "spatialcore", "--input", path])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert f"{path}:3: malformed JSON" in captured.err and f"{path}:4: malformed JSON" in captured.err
+    assert "scored 3" in captured.out and "malformed lines 2" in captured.out
+
+
+def test_byte_order_mark_is_accepted(tmp_path, rollouts, capsys):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(json.dumps(o) for o in rollouts[:2]).encode() + b"\n")
+    assert main(["score", "--method", "spatialcore", "--input", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "scored 2" in captured.out and "malformed lines 0" in captured.out
+
+
+@pytest.mark.parametrize("output, needle", [
+    ("nodir/x.jsonl", "does not exist"),
+    (".", "Is a directory"),
+])
+def test_unwritable_output_fails_before_scoring(tmp_path, rollouts, capsys, monkeypatch, output, needle):
+    import spatial_jax.eval.offline_score as offline
+
+    def never(*args, **kwargs):
+        raise AssertionError("scored although the output cannot be written")
+
+    monkeypatch.setattr(offline, "score_rollouts", never)
+    path = write(tmp_path / "in.jsonl", rollouts[:2])
+    rc = main(["score", "--method", "spatialcore", "--input", path, "--output", str(tmp_path / output)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "cannot write" in err and needle in err and "Traceback" not in err
+
+
+def test_full_disk_output_is_reported(tmp_path, rollouts, capsys):
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    path = write(tmp_path / "in.jsonl", rollouts[:2])
+    assert main(["score", "--method", "spatialcore", "--input", path, "--output", "/dev/full"]) == 1
+    assert "cannot write /dev/full" in capsys.readouterr().err
+
+
+def test_output_equal_to_input_is_refused(tmp_path, rollouts, capsys):
+    path = write(tmp_path / "in.jsonl", rollouts[:2])
+    before = open(path).read()
+    (tmp_path / "link.jsonl").symlink_to(path)
+    for output in (path, str(tmp_path / "link.jsonl")):
+        assert main(["score", "--method", "spatialcore", "--input", path, "--output", output]) == 2
+        assert "would overwrite its input" in capsys.readouterr().err
+    assert open(path).read() == before
+
+
+TRACE = {"id": "r", "completion": "ab</think>B", "token_entropies": [0.1, 0.2], "token_offsets": [[0, 1], [1, 2]]}
+
+
+@pytest.mark.parametrize("edit, field", [
+    ({"token_offsets": [[0, 1], [1, 12]]}, r"token_offsets\[1\]"),  # ends past the 11-character completion
+    ({"token_offsets": [[0, 11], [0, 11]]}, r"token_offsets\[1\]"),  # every token claims the whole text
+    ({"token_offsets": [[0, 2], [1, 3]]}, r"token_offsets\[1\]"),  # overlaps its predecessor
+    ({"token_offsets": [[1, 2], [0, 1]]}, r"token_offsets\[1\]"),  # goes backwards
+    ({"token_offsets": [[2, 1], [2, 3]]}, r"token_offsets\[0\]"),  # ends before it starts
+    ({"token_entropies": [0.1, -0.5]}, r"token_entropies\[1\]"),
+    ({"token_entropies": [float("inf"), 0.2]}, r"token_entropies\[0\]"),
+    ({"token_entropies": [float("nan"), 0.2]}, r"token_entropies\[0\]"),
+    ({"blank": {"completion": "a", "token_entropies": [0.1], "token_offsets": [[0, 2]]}},
+     r"blank.token_offsets\[0\]"),
+])
+def test_impossible_token_traces_are_refused(edit, field):
+    from spatial_jax.records import RecordError, Rollout
+
+    with pytest.raises(RecordError, match=field):
+        Rollout.from_json({**TRACE, **edit})
+
+
+def test_token_traces_real_tokenizers_emit_are_accepted():
+    """Zero-width tokens (special tokens, the first bytes of a split character) and Hugging Face's repetition of a
+    split character's one-character span are what tokenizers emit; rounding noise below 0 reads as 0."""
+    from spatial_jax.records import Rollout
+
+    ro = Rollout.from_json({**TRACE, "token_entropies": [0.1, 0.0, 0.2, -1e-6, 0.3],
+                            "token_offsets": [[0, 1], [1, 1], [1, 2], [1, 2], [11, 11]]})
+    assert ro.trace.offsets == ((0, 1), (1, 1), (1, 2), (1, 2), (11, 11))
+    assert ro.trace.entropies[3] == 0.0
+    assert Rollout.from_json({**TRACE, "token_offsets": [[0, 1], [2, 4]]}).trace.offsets[1] == (2, 4)  # a gap
+
+
+def test_impossible_traces_are_malformed_lines(tmp_path, rollouts, capsys):
+    """ProSR scored offsets past the text and negative entropies at its maximum 1.2; now they are bad records."""
+    good = rollouts[0]
+    n = len(good["completion"])
+    bad = [{**good, "id": "past-end", "token_offsets": [[n, n + 5]] * len(good["token_offsets"])},
+           {**good, "id": "negative", "token_entropies": [-3.0] * len(good["token_entropies"])}]
+    path = write(tmp_path / "in.jsonl", [good] + bad)
+    assert main(["score", "--method", "prosr", "--input", path]) == 0
+    captured = capsys.readouterr()
+    assert f"{path}:2: bad record: field 'token_offsets[0]'" in captured.err
+    assert f"{path}:3: bad record: field 'token_entropies[0]'" in captured.err
+    assert "scored 1" in captured.out and "malformed lines 2" in captured.out

@@ -1,4 +1,8 @@
-"""`spatial-jax gen-data`: writes the synthetic spatial world as train / held-out JSONL files plus PNG images."""
+"""`spatial-jax gen-data`: writes the synthetic spatial world as train / held-out JSONL files plus PNG images.
+
+Exit status: 0 once written, 1 when writing fails (disk full, no permission), 2 for a bad argument (checked before
+anything is written).
+"""
 
 from __future__ import annotations
 
@@ -59,9 +63,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"spatial-jax gen-data: {e}", file=sys.stderr)
         return 2
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        print(f"spatial-jax gen-data: --out {out} is a file, not a folder", file=sys.stderr)
+        return 2
     counts = {}
-    for split, num in (("train", args.num_train), ("heldout", args.num_eval)):
-        counts[split] = write_jsonl(SyntheticSource(cfg, split, num), out / f"{split}.jsonl", out / "images" / split)
-    (out / "config.json").write_text(json.dumps({**cfg.__dict__, "counts": counts}, indent=1) + "\n")
+    try:
+        for split, num in (("train", args.num_train), ("heldout", args.num_eval)):
+            counts[split] = write_jsonl(SyntheticSource(cfg, split, num), out / f"{split}.jsonl",
+                                        out / "images" / split)
+        (out / "config.json").write_text(json.dumps({**cfg.__dict__, "counts": counts}, indent=1) + "\n")
+    except OSError as e:
+        print(f"spatial-jax gen-data: cannot write to {out}: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {counts['train']} train and {counts['heldout']} held-out samples to {out}")
     return 0

@@ -2,13 +2,15 @@
 
 Reward constants are overridden with the same keys as in `train`: `rewards.<method>.<name>=value`.
 Exit status: 0 once the file is scored (malformed lines are reported to stderr with their line number and counted in
-the summary), 1 when the input cannot be read, 2 for an unknown method, backend or config key.
+the summary), 1 when the input cannot be read or the output cannot be written (checked before scoring), 2 for an
+unknown method, backend or config key, or an output that is the input file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -42,17 +44,51 @@ def run(args: argparse.Namespace) -> int:
     if args.backend not in BACKENDS:
         raise ConfigError(f"unknown backend {args.backend!r}; known: {list(BACKENDS)}")
     cfg = method.config(reward_overrides(method.name, args.overrides))
+    if args.output:
+        if _same_file(args.output, args.input):
+            print(f"spatial-jax score: --output {args.output} would overwrite its input", file=sys.stderr)
+            return 2
+        problem = _unwritable(args.output)
+        if problem:
+            print(f"spatial-jax score: cannot write {args.output}: {problem}", file=sys.stderr)
+            return 1
     try:
         rows, summary = score_rollouts(method, cfg, args.input, args.backend, sys.stderr)
     except OSError as e:
         print(f"spatial-jax score: cannot read {args.input}: {e}", file=sys.stderr)
         return 1
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for row in rows:
-            out.write(json.dumps(row) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    lines = "".join(json.dumps(row) + "\n" for row in rows)
+    if not args.output:
+        sys.stdout.write(lines)
+    else:
+        try:
+            with open(args.output, "w", encoding="utf-8") as out:
+                out.write(lines)
+        except OSError as e:  # the disk filled up while scoring, say
+            print(f"spatial-jax score: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+            return 1
     print(summary)
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def _unwritable(path: str) -> str | None:
+    """Why `path` cannot be opened for writing, or None. Opened for appending, so nothing is truncated yet; a file
+    this creates is removed again. Space on the disk is only known when writing."""
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except FileNotFoundError:
+        return f"folder {os.path.dirname(path) or '.'} does not exist"
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        os.unlink(path)
+    return None

@@ -12,12 +12,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 from PIL import Image
 
-ImageLike = Union[Image.Image, np.ndarray]
+ImageLike = Image.Image | np.ndarray
 
 MAX_ASPECT_RATIO = 200
 

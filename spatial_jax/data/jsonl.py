@@ -2,38 +2,65 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.records import brief
+
+
+class MalformedJSON(ValueError):
+    """A line that is no JSON value, Python's parser limits included."""
+
+
+def parse_line(line: str) -> Any:
+    """One line's JSON value. Besides syntax errors, json.loads refuses nesting deeper than the recursion limit
+    (RecursionError) and integers over sys.get_int_max_str_digits() digits (ValueError); all are MalformedJSON."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise MalformedJSON(f"malformed JSON: {e.msg} (column {e.colno})") from None
+    except RecursionError:
+        raise MalformedJSON("malformed JSON: nested too deeply") from None
+    except ValueError as e:
+        # The message's second half advises sys.set_int_max_str_digits(), which is no advice to a data author.
+        raise MalformedJSON(f"malformed JSON: {str(e).split(';')[0]}") from None
 
 
 def read_jsonl(path: str | Path, check_images: bool = True) -> list[Sample]:
-    """All samples of a JSONL file; blank lines are skipped, image paths resolve against the file's folder."""
+    """All samples of a JSONL file; blank lines are skipped, image paths resolve against the file's folder, a UTF-8
+    byte-order mark is allowed."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise DatasetError(f"{path}: dataset file does not exist") from None
-    except UnicodeDecodeError as e:
-        raise DatasetError(f"{path}: not UTF-8 text ({e})") from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read the dataset file: {e.strerror or e}") from None
+    # Undecodable bytes become lone surrogates here (JSON escapes cannot put those in the text), so the first bad
+    # line is reported in order with the others.
+    text = data.decode("utf-8-sig", errors="surrogateescape")
     samples = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{path}:{lineno}: malformed JSON: {e.msg} (column {e.colno})") from None
+            line.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DatasetError(f"{path}:{lineno}: not UTF-8 text (byte 0x{ord(line[e.start]) - 0xDC00:02x} at "
+                               f"column {e.start + 1})") from None
         try:
-            sample = Sample.from_json(obj, base_dir=path.parent, check_image=check_images)
-        except DatasetError as e:
+            obj = parse_line(line)
+            sample = Sample.from_json(obj, base_dir=path.parent, check_image=check_images, origin=f"{path}:{lineno}")
+        except (MalformedJSON, DatasetError) as e:
             raise DatasetError(f"{path}:{lineno}: {e}") from None
         if sample.id in seen:
-            raise DatasetError(f"{path}:{lineno}: id {sample.id!r} already used on line {seen[sample.id]}")
+            raise DatasetError(f"{path}:{lineno}: id {brief(sample.id)} already used on line {seen[sample.id]}")
         seen[sample.id] = lineno
         samples.append(sample)
     return samples
@@ -61,6 +88,12 @@ def write_jsonl(samples: Iterable[Sample], path: str | Path, image_dir: str | Pa
             f.write(json.dumps(s.to_json(image_path), ensure_ascii=False) + "\n")
             n += 1
     return n
+
+
+def _lines(text: str) -> io.StringIO:
+    """Lines as open() reads them (\\n, \\r\\n or \\r); str.splitlines would also split at U+2028 and others, which
+    write_jsonl leaves raw inside strings, and would number lines unlike any editor."""
+    return io.StringIO(text, newline=None)
 
 
 def _relative(file: Path, base: Path) -> str:

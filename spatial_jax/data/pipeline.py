@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from spatial_jax.config import check_at_least, check_range, require
 from spatial_jax.data import prompts
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
 from spatial_jax.data.prompts import PromptFormat
@@ -29,7 +30,8 @@ class DataConfig:
     """Where the data comes from and how it is batched; `train` / `eval` are JSONL paths or `synthetic:<split>:<n>`.
     `sft_train` is the SFT cold start's own source (its reference completions); empty means `train`.
     bucket_lengths: the padded sequence lengths a batch may take (the smallest that fits its longest row); seed
-    orders the training source (grain's index shuffle, reshuffled each epoch)."""
+    orders the training source (grain's index shuffle, reshuffled each epoch). max_image_pixels: larger image files
+    are refused from their header, before decoding (a decompression bomb); the default is PIL's own warning limit."""
 
     train: str = "synthetic:train:1000"
     eval: str = "synthetic:heldout:200"
@@ -38,17 +40,18 @@ class DataConfig:
     bucket_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     seed: int = 0
     read_threads: int = 0
+    max_image_pixels: int = 89_478_485
 
     def __post_init__(self):
-        if not self.bucket_lengths or any(b < 1 for b in self.bucket_lengths):
-            raise ValueError(f"bucket_lengths must be positive lengths, got {self.bucket_lengths}")
-        if list(self.bucket_lengths) != sorted(set(self.bucket_lengths)):
-            raise ValueError(f"bucket_lengths must be strictly increasing, got {self.bucket_lengths}")
-        if self.read_threads < 0:
-            raise ValueError(f"read_threads must be >= 0, got {self.read_threads}")
+        lengths = self.bucket_lengths
+        require("bucket_lengths", lengths, bool(lengths) and all(isinstance(b, int) and b >= 1 for b in lengths),
+                "be positive lengths")
+        require("bucket_lengths", lengths, list(lengths) == sorted(set(lengths)), "be strictly increasing")
+        check_range(self, "seed", 0, 2**32 - 1)  # grain's shuffle takes a uint32
+        check_at_least(self, read_threads=0, max_image_pixels=1)
         for name in ("train", "eval"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must name a JSONL file or synthetic:<split>:<count>")
+            require(name, getattr(self, name), bool(getattr(self, name)),
+                    "name a JSONL file or synthetic:<split>:<count>")
 
 
 def train_iterator(
@@ -138,24 +141,31 @@ def encode_sample(
     mode: str = "rl",
     image_cfg: Any = ImageProcessingConfig(),
     preprocess_fn: PreprocessFn = preprocess,
+    max_image_pixels: int | None = None,
 ) -> Example:
-    """Image -> patches; prompt (and SFT target) -> ids, with exactly one <|image_pad|> per merged image token."""
-    image = sample.load_image()
+    """Image -> patches; prompt (and SFT target) -> ids, with exactly one <|image_pad|> per merged image token.
+    An image that cannot be loaded or preprocessed (aspect ratio over 200, say) is a DatasetError naming the row
+    (sample.origin) and the image."""
+    image = sample.load_image(max_image_pixels)
     if sample.image_size is None:  # SpatialThinker states the size its pixel boxes refer to; scorers read it too
         sample = dataclasses.replace(sample, image_size=(int(image.shape[1]), int(image.shape[0])))
-    pixel_values, grid_thw = preprocess_fn([image], image_cfg)
+    try:
+        pixel_values, grid_thw = preprocess_fn([image], image_cfg)
+    except ValueError as e:
+        where = sample.image if isinstance(sample.image, str) else f"of {image.shape[1]}x{image.shape[0]} pixels"
+        raise sample.error(f"image {where}: {e}") from None
     n_image = int(num_image_tokens(grid_thw, image_cfg.merge_size)[0])
     ids = tokenizer.encode(prompt_text(sample, fmt, tokenizer, n_image))
     if ids.count(tokenizer.image_pad_id) != n_image:
-        raise DatasetError(
-            f"sample {sample.id}: the prompt holds {ids.count(tokenizer.image_pad_id)} image tokens, expected {n_image} "
+        raise sample.error(
+            f"the prompt holds {ids.count(tokenizer.image_pad_id)} image tokens, expected {n_image} "
             "(does the question text contain <|image_pad|>?)"
         )
     prompt_length = len(ids)
     if mode == "sft":
         target = sample.reference.get(fmt.reference_key)
         if target is None:
-            raise DatasetError(f"sample {sample.id}: SFT needs a reference completion under {fmt.reference_key!r}")
+            raise sample.error(f"SFT needs a reference completion under {fmt.reference_key!r}")
         ids = ids + tokenizer.encode(target) + [tokenizer.im_end_id]
     return Example(
         input_ids=np.asarray(ids, dtype=np.int32),
@@ -231,7 +241,7 @@ def make_dataset(
     if shuffle:
         ds = ds.shuffle(seed=data.seed)
     ds = ds.repeat(num_epochs)
-    ds = ds.map(lambda s: encode_sample(s, tokenizer, fmt, mode, image_cfg, preprocess_fn))
+    ds = ds.map(lambda s: encode_sample(s, tokenizer, fmt, mode, image_cfg, preprocess_fn, data.max_image_pixels))
     return ds.batch(
         batch_size,
         drop_remainder=drop_remainder,

@@ -5,13 +5,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
-from spatial_jax.records import GTBox, RecordError, Rollout, TokenTrace, parse_gt_boxes, parse_image_size
+from spatial_jax.records import (
+    GTBox,
+    RecordError,
+    Rollout,
+    TokenTrace,
+    brief,
+    parse_gt_boxes,
+    parse_image_size,
+    parse_scene,
+)
 
-ImageRef = Union[str, np.ndarray]
+ImageRef = str | np.ndarray
 
 ANSWER_TYPES = ("choice", "number")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -31,6 +40,8 @@ class Sample:
     scene: the SpatialThinker reference scene graph, boxes in pixels of `image_size`.
     reference: output format (a PromptFormat's reference_key) -> reference completion, the SFT target.
     meta: free-form extras (the synthetic world stores its objects and the corruption applied to each box).
+    origin: where the row came from (`file:line` for a JSONL row), so errors met later (in the pipeline's workers)
+    still name it.
     """
 
     id: str
@@ -45,10 +56,11 @@ class Sample:
     scene: dict | None = None
     reference: dict[str, str] = dataclasses.field(default_factory=dict)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    origin: str = ""
 
     def __post_init__(self):
         if self.answer_type not in ANSWER_TYPES:
-            raise DatasetError(f"answer_type must be one of {ANSWER_TYPES}, got {self.answer_type!r}")
+            raise DatasetError(f"answer_type must be one of {ANSWER_TYPES}, got {brief(self.answer_type)}")
         if self.answer_type == "choice":
             if not self.options:
                 raise DatasetError("a multiple-choice sample needs a non-empty 'options' list")
@@ -56,12 +68,13 @@ class Sample:
                 raise DatasetError(f"at most {len(LETTERS)} options are supported, got {len(self.options)}")
             valid = LETTERS[: len(self.options)]
             if not isinstance(self.answer, str) or self.answer not in valid:
-                raise DatasetError(f"answer must be one of the option letters {list(valid)}, got {self.answer!r}")
+                raise DatasetError(f"answer must be one of the option letters {list(valid)}, got {brief(self.answer)}")
         else:
             if isinstance(self.answer, bool) or not isinstance(self.answer, (int, float)):
-                raise DatasetError(f"a numeric sample needs a number as answer, got {self.answer!r}")
+                raise DatasetError(f"a numeric sample needs a number as answer, got {brief(self.answer)}")
             if not math.isfinite(self.answer) or self.answer == 0:
-                raise DatasetError(f"a numeric answer must be finite and non-zero (MRA divides by it), got {self.answer}")
+                raise DatasetError(
+                    f"a numeric answer must be finite and non-zero (MRA divides by it), got {self.answer}")
 
     @property
     def answer_letter(self) -> str | None:
@@ -97,14 +110,33 @@ class Sample:
             group=self.id if group is None else group,
         )
 
-    def load_image(self) -> np.ndarray:
-        """The image as an RGB uint8 array (H, W, 3)."""
+    def error(self, what: str) -> DatasetError:
+        """A DatasetError about this sample, led by its origin (`file:line`) or, in memory, its id."""
+        return DatasetError(f"{self.origin or f'sample {self.id}'}: {what}")
+
+    def load_image(self, max_pixels: int | None = None) -> np.ndarray:
+        """The image as an RGB uint8 array (H, W, 3). A file over `max_pixels` pixels is refused from its header,
+        before decoding; PIL itself refuses twice its Image.MAX_IMAGE_PIXELS. Whatever cannot be read or decoded is a
+        DatasetError naming the row and the image."""
         if isinstance(self.image, np.ndarray):
             return self.image
         from PIL import Image
 
-        with Image.open(self.image) as im:
-            return np.asarray(im.convert("RGB"))
+        try:
+            with Image.open(self.image) as im:
+                pixels = im.width * im.height
+                if max_pixels is None or pixels <= max_pixels:
+                    return _rgb(im)
+        except Image.DecompressionBombError as e:
+            raise self.error(f"image {self.image}: refused as a likely decompression bomb: {e}") from None
+        except Image.UnidentifiedImageError:
+            raise self.error(f"image {self.image}: cannot identify the image format") from None
+        # PIL reports damaged files as any of these (truncated data, broken chunks, bad headers).
+        except (OSError, SyntaxError, ValueError, EOFError) as e:
+            what = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+            raise self.error(f"image {self.image}: {what}") from None
+        raise self.error(f"image {self.image}: {im.width}x{im.height} = {pixels} pixels, over "
+                         f"data.max_image_pixels = {max_pixels}")
 
     def to_json(self, image_path: str | None = None) -> dict[str, Any]:
         """A JSON-ready dict; an in-memory image needs `image_path` (where the caller saved it)."""
@@ -135,8 +167,8 @@ class Sample:
         return out
 
     @staticmethod
-    def from_json(obj: Any, base_dir: str | Path | None = None, check_image: bool = True) -> Sample:
-        """Validates one parsed JSON row; raises DatasetError naming the bad field."""
+    def from_json(obj: Any, base_dir: str | Path | None = None, check_image: bool = True, origin: str = "") -> Sample:
+        """Validates one parsed JSON row; raises DatasetError naming the bad field. `origin` is kept (see Sample)."""
         if not isinstance(obj, dict):
             raise DatasetError(f"expected a JSON object, got {type(obj).__name__}")
         for key in ("id", "image", "question"):
@@ -144,29 +176,31 @@ class Sample:
                 raise DatasetError(f"missing field '{key}'")
         sid = obj["id"]
         if isinstance(sid, bool) or not isinstance(sid, (str, int)):
-            raise DatasetError(f"field 'id' must be a string or an integer, got {sid!r}")
+            raise DatasetError(f"field 'id' must be a string or an integer, got {brief(sid)}")
         image = _str_field(obj, "image")
         path = Path(image)
         if base_dir is not None and not path.is_absolute():
             path = Path(base_dir) / path
-        if check_image and not path.is_file():
-            raise DatasetError(f"field 'image': file {str(path)!r} does not exist")
+        try:
+            missing = check_image and not path.is_file()
+        except OSError as e:  # a name too long for the file system, say; is_file only hides "no such file"
+            raise DatasetError(f"field 'image': cannot use {brief(str(path))}: {e.strerror or e}") from None
+        if missing:
+            raise DatasetError(f"field 'image': file {brief(str(path))} does not exist")
         question = _str_field(obj, "question")
         options = obj.get("options", [])
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise DatasetError("field 'options' must be a list of strings")
         answer_type = obj.get("answer_type", "choice" if options else "number")
         if answer_type not in ANSWER_TYPES:
-            raise DatasetError(f"field 'answer_type' must be one of {list(ANSWER_TYPES)}, got {answer_type!r}")
+            raise DatasetError(f"field 'answer_type' must be one of {list(ANSWER_TYPES)}, got {brief(answer_type)}")
         if "answer" not in obj:
             raise DatasetError("missing field 'answer'")
         answer = _answer(obj["answer"], answer_type, options)
         category = obj.get("category", "")
         if not isinstance(category, str):
-            raise DatasetError(f"field 'category' must be a string, got {category!r}")
-        scene = obj.get("scene")
-        if scene is not None and not isinstance(scene, dict):
-            raise DatasetError("field 'scene' must be an object")
+            raise DatasetError(f"field 'category' must be a string, got {brief(category)}")
+        scene = _from_record(parse_scene, obj.get("scene"))
         reference = obj.get("reference", {})
         if not isinstance(reference, dict) or not all(isinstance(v, str) for v in reference.values()):
             raise DatasetError("field 'reference' must map format names to completion strings")
@@ -186,7 +220,18 @@ class Sample:
             scene=scene,
             reference=reference,
             meta=meta,
+            origin=origin,
         )
+
+
+def _rgb(im) -> np.ndarray:
+    """A PIL image -> RGB uint8. PIL reads 16-bit grey as mode I;16* (or I), which convert("RGB") clips at 255, so
+    those are scaled from [0, 65535] (values outside clipped) to [0, 255]."""
+    if im.mode.startswith("I"):
+        grey = np.clip(np.asarray(im).astype(np.int64), 0, 65535)
+        grey8 = ((grey * 255 + 65535 // 2) // 65535).astype(np.uint8)  # round(x / 257); no ties occur
+        return np.repeat(grey8[:, :, None], 3, axis=-1)
+    return np.asarray(im.convert("RGB"))
 
 
 def format_number(x: float) -> str:
@@ -201,7 +246,7 @@ def _plain(c: float) -> int | float:
 def _str_field(obj: dict, key: str) -> str:
     value = obj[key]
     if not isinstance(value, str):
-        raise DatasetError(f"field '{key}' must be a string, got {value!r}")
+        raise DatasetError(f"field '{key}' must be a string, got {brief(value)}")
     return value
 
 
@@ -211,23 +256,26 @@ def _answer(raw: Any, answer_type: str, options: list[str]) -> str | float:
             try:
                 return float(raw)
             except ValueError:
-                raise DatasetError(f"field 'answer' must be a number, got {raw!r}") from None
+                raise DatasetError(f"field 'answer' must be a number, got {brief(raw)}") from None
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise DatasetError(f"field 'answer' must be a number, got {raw!r}")
-        return float(raw)
+            raise DatasetError(f"field 'answer' must be a number, got {brief(raw)}")
+        try:
+            return float(raw)
+        except OverflowError:  # a JSON integer past the float range
+            raise DatasetError(f"field 'answer' = {brief(raw)} is beyond the range of a float") from None
     # A gold given as "B", "B. text" or "(B) text" is its leading letter; an integer is an index into the options.
     if isinstance(raw, int) and not isinstance(raw, bool):
         if not 0 <= raw < len(options):
-            raise DatasetError(f"field 'answer': index {raw} is outside the {len(options)} options")
+            raise DatasetError(f"field 'answer': index {brief(raw)} is outside the {len(options)} options")
         return LETTERS[raw]
     if not isinstance(raw, str):
-        raise DatasetError(f"field 'answer' must be an option letter, got {raw!r}")
+        raise DatasetError(f"field 'answer' must be an option letter, got {brief(raw)}")
     text = raw.strip()
     if text.startswith("(") and len(text) >= 3 and text[2] == ")":
         text = text[1]
     letter = text[:1]
     if not letter or letter not in LETTERS[: len(options)] or (len(text) > 1 and text[1].isalnum()):
-        raise DatasetError(f"field 'answer' {raw!r} does not name one of the {len(options)} options by its letter")
+        raise DatasetError(f"field 'answer' {brief(raw)} does not name one of the {len(options)} options by its letter")
     return letter
 
 

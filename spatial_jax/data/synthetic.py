@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spatial_jax.config import check_non_negative, check_range, require
 from spatial_jax.data.prompts import HARNESS, SCENE_GRAPH, THINK_BOXES
 from spatial_jax.data.sample import LETTERS, Sample, format_number
 from spatial_jax.records import GTBox
@@ -39,6 +40,9 @@ DIRECTIONS = ("left", "right", "above", "below")
 PREDICATES = {"left": "left of", "right": "right of", "above": "above", "below": "below"}
 CORRUPTIONS = ("removed", "relabelled", "displaced")
 NORM = 1000
+# Image sides in pixels: below 32 the shapes do not fit; above 4096 an image is no longer a small synthetic scene
+# (and 100,000 x 100,000 would be 30 GB).
+MIN_SIDE, MAX_SIDE = 32, 4096
 BOX_LEAD = "We have the positions of the relevant objects. Let's think."
 
 
@@ -61,30 +65,21 @@ class SyntheticConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.width < 32 or self.height < 32:
-            raise ValueError(f"SyntheticConfig: images must be at least 32x32 pixels, got {self.width}x{self.height}")
-        if not 2 <= self.min_objects <= self.max_objects <= len(SHAPES) * len(COLORS):
-            raise ValueError(
-                f"SyntheticConfig: need 2 <= min_objects <= max_objects <= {len(SHAPES) * len(COLORS)}, "
-                f"got {self.min_objects}, {self.max_objects}"
-            )
-        if not 0 < self.min_size_frac <= self.max_size_frac <= 0.5:
-            raise ValueError(
-                f"SyntheticConfig: need 0 < min_size_frac <= max_size_frac <= 0.5, "
-                f"got {self.min_size_frac}, {self.max_size_frac}"
-            )
-        if not self.question_types or any(q not in QUESTION_TYPES for q in self.question_types):
-            raise ValueError(f"SyntheticConfig.question_types must be a non-empty subset of {QUESTION_TYPES}")
-        if self.question_types == ("nearest",) and self.max_objects < 3:
-            raise ValueError("SyntheticConfig: nearest-object questions need max_objects >= 3 (a clear runner-up)")
-        if not 0.0 <= self.min_validity <= 1.0:
-            raise ValueError(f"SyntheticConfig.min_validity must lie in [0, 1], got {self.min_validity}")
-        if self.box_noise < 0:
-            raise ValueError(f"SyntheticConfig.box_noise must be >= 0, got {self.box_noise}")
-        if not 0.0 <= self.corrupt_fraction <= 1.0:
-            raise ValueError(f"SyntheticConfig.corrupt_fraction must lie in [0, 1], got {self.corrupt_fraction}")
-        if not 0.0 < self.displace_iou < 1.0:
-            raise ValueError(f"SyntheticConfig.displace_iou must lie in (0, 1), got {self.displace_iou}")
+        check_range(self, "width", MIN_SIDE, MAX_SIDE)
+        check_range(self, "height", MIN_SIDE, MAX_SIDE)
+        check_range(self, "min_objects", 2, len(SHAPES) * len(COLORS))
+        check_range(self, "max_objects", self.min_objects, len(SHAPES) * len(COLORS))
+        check_range(self, "min_size_frac", 0, 0.5, low_open=True)
+        check_range(self, "max_size_frac", self.min_size_frac, 0.5)
+        require("question_types", self.question_types,
+                bool(self.question_types) and all(q in QUESTION_TYPES for q in self.question_types),
+                f"be a non-empty subset of {QUESTION_TYPES}")
+        require("max_objects", self.max_objects, self.question_types != ("nearest",) or self.max_objects >= 3,
+                "be >= 3 for nearest-object questions alone (a clear runner-up)")
+        check_range(self, "min_validity", 0, 1)
+        check_range(self, "corrupt_fraction", 0, 1)
+        check_range(self, "displace_iou", 0, 1, low_open=True, high_open=True)
+        check_non_negative(self, "box_noise", "seed")  # numpy seeds are non-negative
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,7 +269,8 @@ def _q_size(rng, objects, cfg) -> Question | None:
 
 def _q_nearest(rng, objects, cfg) -> Question | None:
     ref = int(rng.integers(len(objects)))
-    others = sorted((i for i in range(len(objects)) if i != ref), key=lambda i: center_distance(objects[i], objects[ref]))
+    others = sorted((i for i in range(len(objects)) if i != ref),
+                    key=lambda i: center_distance(objects[i], objects[ref]))
     if len(others) < 2:
         return None
     d1 = center_distance(objects[others[0]], objects[ref])

@@ -155,7 +155,8 @@ class SpatialTokenizer:
     ) -> tuple[str, list[tuple[int, int]]]:
         """(text, [start, end) character span of each token). The spans tile the text in order: a character belongs
         to the token holding its last byte (so a token carrying only the first bytes of a character is empty).
-        skip_control drops <|im_end|>, <|endoftext|>, <|im_start|> and the vision tokens from the text (their spans are empty).
+        skip_control drops <|im_end|>, <|endoftext|>, <|im_start|> and the vision tokens from the text (their spans
+        are empty).
         Invalid UTF-8 becomes U+FFFD, as the Hugging Face decoder does."""
         pieces = []
         for t in token_ids:

@@ -8,7 +8,6 @@ Malformed lines are reported with their line number and counted in the summary; 
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, TextIO
 
@@ -16,20 +15,22 @@ BACKENDS = ("default", "torch")
 
 
 def read_rollouts(path: str, err: TextIO) -> tuple[list[Any], list[int], int]:
-    """Valid records with their line numbers, and how many non-blank lines were malformed (each reported)."""
+    """Valid records with their line numbers, and how many non-blank lines were malformed (each reported). A UTF-8
+    byte-order mark is skipped; invalid UTF-8 becomes U+FFFD (a record holding it is scored or refused as it reads)."""
+    from spatial_jax.data.jsonl import MalformedJSON, parse_line
     from spatial_jax.records import RecordError, Rollout
 
     records, lines, bad = [], [], 0
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                records.append(Rollout.from_json(json.loads(line)))
+                records.append(Rollout.from_json(parse_line(line)))
                 lines.append(number)
-            except json.JSONDecodeError as e:
+            except MalformedJSON as e:
                 bad += 1
-                print(f"{path}:{number}: malformed JSON: {e.msg} (column {e.colno})", file=err)
+                print(f"{path}:{number}: {e}", file=err)
             except RecordError as e:
                 bad += 1
                 print(f"{path}:{number}: bad record: {e}", file=err)

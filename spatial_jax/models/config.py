@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+from spatial_jax.config import check_at_least, check_non_negative, check_positive, check_range, require
+
 DType = Literal["float32", "bfloat16", "float16"]
 
 LORA_TEXT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -33,21 +35,16 @@ class TextConfig:
     max_position_embeddings: int = 262144
 
     def __post_init__(self):
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"text.{name} must be positive, got {getattr(self, name)}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"text.num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.num_key_value_heads})"
-            )
-        if self.head_dim % 2:
-            raise ValueError(f"text.head_dim must be even for rotary embeddings, got {self.head_dim}")
-        if len(self.mrope_section) != 3 or sum(self.mrope_section) != self.head_dim // 2:
-            raise ValueError(
-                f"text.mrope_section {self.mrope_section} must have 3 entries summing to head_dim/2 = {self.head_dim // 2}"
-            )
+        check_at_least(self, vocab_size=1, hidden_size=1, intermediate_size=1, num_hidden_layers=1,
+                       num_attention_heads=1, num_key_value_heads=1, head_dim=1, max_position_embeddings=1)
+        check_positive(self, "rope_theta", "rms_norm_eps")
+        require("num_key_value_heads", self.num_key_value_heads,
+                self.num_attention_heads % self.num_key_value_heads == 0,
+                f"divide num_attention_heads={self.num_attention_heads}")
+        require("head_dim", self.head_dim, self.head_dim % 2 == 0, "be even for rotary embeddings")
+        require("mrope_section", self.mrope_section,
+                len(self.mrope_section) == 3 and sum(self.mrope_section) == self.head_dim // 2,
+                f"have 3 entries summing to head_dim/2 = {self.head_dim // 2}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,16 +66,18 @@ class VisionConfig:
     hidden_act: Literal["gelu_pytorch_tanh", "gelu"] = "gelu_pytorch_tanh"
 
     def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"vision.hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
-        if (self.hidden_size // self.num_heads) % 4:
-            raise ValueError("vision head_dim must be divisible by 4 (2D rotary over h and w)")
+        check_at_least(self, depth=1, hidden_size=1, intermediate_size=1, num_heads=1, in_channels=1, patch_size=1,
+                       temporal_patch_size=1, spatial_merge_size=1, out_hidden_size=1, num_position_embeddings=1)
+        check_positive(self, "rope_theta")
+        require("num_heads", self.num_heads, self.hidden_size % self.num_heads == 0,
+                f"divide hidden_size={self.hidden_size}")
+        require("num_heads", self.num_heads, (self.hidden_size // self.num_heads) % 4 == 0,
+                "leave a head_dim divisible by 4 (2D rotary over h and w)")
         side = int(round(self.num_position_embeddings**0.5))
-        if side * side != self.num_position_embeddings:
-            raise ValueError(f"vision.num_position_embeddings must be a square, got {self.num_position_embeddings}")
-        bad = [i for i in self.deepstack_visual_indexes if not 0 <= i < self.depth]
-        if bad:
-            raise ValueError(f"vision.deepstack_visual_indexes {bad} outside [0, depth={self.depth})")
+        require("num_position_embeddings", self.num_position_embeddings,
+                side * side == self.num_position_embeddings, "be a square")
+        require("deepstack_visual_indexes", self.deepstack_visual_indexes,
+                all(0 <= i < self.depth for i in self.deepstack_visual_indexes), f"lie in [0, depth={self.depth})")
 
     @property
     def patch_dim(self) -> int:
@@ -99,16 +98,12 @@ class LoRAConfig:
     vision_targets: tuple[str, ...] = LORA_VISION_TARGETS
 
     def __post_init__(self):
-        if self.rank < 0 or self.vision_rank < 0:
-            raise ValueError(f"lora ranks must be >= 0, got rank={self.rank}, vision_rank={self.vision_rank}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
-        unknown = sorted(set(self.targets) - set(LORA_TEXT_TARGETS))
-        if unknown:
-            raise ValueError(f"lora.targets {unknown} unknown; choose from {LORA_TEXT_TARGETS}")
-        unknown = sorted(set(self.vision_targets) - set(LORA_VISION_TARGETS))
-        if unknown:
-            raise ValueError(f"lora.vision_targets {unknown} unknown; choose from {LORA_VISION_TARGETS}")
+        check_non_negative(self, "rank", "vision_rank")  # 0: no adapters
+        check_positive(self, "alpha", "vision_alpha")
+        check_range(self, "dropout", 0.0, 1.0, high_open=True)
+        for name, known in (("targets", LORA_TEXT_TARGETS), ("vision_targets", LORA_VISION_TARGETS)):
+            unknown = sorted(set(getattr(self, name)) - set(known))
+            require(name, getattr(self, name), not unknown, f"name only layers of {known} (unknown: {unknown})")
 
     def layer_kwargs(self, name: str, vision: bool = False) -> dict:
         """LoRALinear adapter arguments for the projection `name` of the text (or vision) tower; {} = no adapter."""
@@ -117,7 +112,7 @@ class LoRAConfig:
         return dict(rank=rank, alpha=alpha, dropout=self.dropout) if rank > 0 and name in targets else {}
 
     @classmethod
-    def spatialcore(cls, vision: bool = True) -> "LoRAConfig":
+    def spatialcore(cls, vision: bool = True) -> LoRAConfig:
         """The paper's adapters (SpatialCORE Table 4)."""
         return cls(rank=32, alpha=64.0, dropout=0.05, vision_rank=4 if vision else 0, vision_alpha=8.0)
 
@@ -142,20 +137,19 @@ class ModelConfig:
     attention_chunk: int = 1024
 
     def __post_init__(self):
-        if self.attention_chunk < 0:
-            raise ValueError(f"attention_chunk must be >= 0, got {self.attention_chunk}")
-        if self.vision.out_hidden_size != self.text.hidden_size:
-            raise ValueError(
-                f"vision.out_hidden_size ({self.vision.out_hidden_size}) must equal text.hidden_size ({self.text.hidden_size})"
-            )
-        if len(self.vision.deepstack_visual_indexes) > self.text.num_hidden_layers:
-            raise ValueError("more DeepStack features than decoder layers to receive them")
+        check_non_negative(self, "attention_chunk")
+        require("vision.out_hidden_size", self.vision.out_hidden_size,
+                self.vision.out_hidden_size == self.text.hidden_size,
+                f"equal text.hidden_size={self.text.hidden_size}")
+        require("vision.deepstack_visual_indexes", self.vision.deepstack_visual_indexes,
+                len(self.vision.deepstack_visual_indexes) <= self.text.num_hidden_layers,
+                f"hold at most text.num_hidden_layers={self.text.num_hidden_layers} layers to receive them")
         for name in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"):
             tok = getattr(self, name)
-            if not 0 <= tok < self.text.vocab_size:
-                raise ValueError(f"{name}={tok} outside the vocabulary [0, {self.text.vocab_size})")
+            require(name, tok, 0 <= tok < self.text.vocab_size,
+                    f"lie in [0, {self.text.vocab_size}) (an id outside the vocabulary names no token)")
 
-    def replace(self, **kwargs: Any) -> "ModelConfig":
+    def replace(self, **kwargs: Any) -> ModelConfig:
         return dataclasses.replace(self, **kwargs)
 
     @classmethod
@@ -171,7 +165,7 @@ class ModelConfig:
         lora: LoRAConfig = LoRAConfig(),
         dtype: DType = "float32",
         param_dtype: DType = "float32",
-    ) -> "ModelConfig":
+    ) -> ModelConfig:
         """A < 1M-parameter model for tests and the CPU default.
 
         Special token ids default to the last four ids of the vocabulary (image, video, vision start, vision end).
@@ -198,7 +192,7 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any], *, lora: LoRAConfig = LoRAConfig(), dtype: DType = "float32",
-                param_dtype: DType | None = None) -> "ModelConfig":
+                param_dtype: DType | None = None) -> ModelConfig:
         """Builds the config from a Qwen3-VL `config.json` dict (accepts `rope_parameters` or legacy `rope_scaling`)."""
         if hf.get("model_type") not in (None, "qwen3_vl"):
             raise ValueError(f"unsupported model_type {hf.get('model_type')!r}; expected 'qwen3_vl'")

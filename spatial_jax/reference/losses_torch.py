@@ -44,9 +44,9 @@ def _row_ratios(new: torch.Tensor, old: torch.Tensor, kind: str, clamp: float, c
         s = torch.exp(torch.clamp(seq, max=cap))
         return s.expand(new.shape[0])
     if kind == "gspo_token":
-        # Value s_i (capped), gradient d/dlogp_t of sg(s_i) exp(logp_t - sg(logp_t)) (GSPO paper, token variant).
-        s = torch.exp(torch.clamp(seq, max=cap)).detach()
-        return s * torch.exp(new - new.detach())
+        # log s_it = sg(log s_i) + logp_t - sg(logp_t) (GSPO paper, token variant), capped as a whole as verl does:
+        # where the cap binds, clamp passes no gradient.
+        return torch.exp(torch.clamp(new - new.detach() + seq.detach(), max=cap))
     raise ValueError(kind)
 
 

@@ -5,23 +5,19 @@ Shares only the string parsers; trajectories, resampling, similarity and segment
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from spatial_jax.reference.trace_torch import usable_tokens
 from spatial_jax.rewards.parse_think import parse_think, resolve_gold
 
 DTYPE = torch.float64
 
 
 def reasoning_entropies(completion: str, entropies, offsets, end: int) -> torch.Tensor:
-    """Tokens with 0 <= start < end_tok <= end (inside the span), finite entropies only, in order."""
-    vals = [
-        float(h)
-        for (s, e), h in zip(offsets, entropies)
-        if s >= 0 and e <= end and e > s and math.isfinite(float(h))
-    ]
-    return torch.tensor(vals, dtype=DTYPE)
+    """Entropies of the usable tokens (trace_torch) that end by `end` (inside the span), in order."""
+    spans, ent = usable_tokens(completion, entropies, offsets)
+    inside = [e <= end for _, e in spans]
+    return ent[torch.tensor(inside, dtype=torch.bool)] if spans else ent
 
 
 def resample(e: torch.Tensor, t: int) -> torch.Tensor:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Hashable, Sequence
 from typing import Literal
 
@@ -11,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spatial_jax.config import check_positive, require
 from spatial_jax.rewards._host import bucket, host_float64
 
 StdKind = Literal["population", "sample"]
@@ -24,10 +24,8 @@ class AdvantageConfig:
     std: StdKind = "population"
 
     def __post_init__(self):
-        if not (math.isfinite(self.eps) and self.eps > 0):
-            raise ValueError(f"eps must be a finite number > 0, got {self.eps}")
-        if self.std not in ("population", "sample"):
-            raise ValueError(f"std must be 'population' or 'sample', got {self.std!r}")
+        check_positive(self, "eps")
+        require("std", self.std, self.std in ("population", "sample"), "be 'population' or 'sample'")
 
 
 def group_advantages(

@@ -25,6 +25,7 @@ import math
 import re
 from collections.abc import Sequence
 
+from spatial_jax.config import check_at_least, check_non_negative, check_range, require
 from spatial_jax.records import Rollout
 from spatial_jax.rewards import parse_harness
 from spatial_jax.rewards.advantages import AdvantageConfig
@@ -64,23 +65,20 @@ class AlloSpatialConfig:
     length_full_penalty_tokens: int = 4000
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, float) and (not math.isfinite(v) or v < 0):
-                raise ValueError(f"AlloSpatialConfig.{f.name} must be a finite number >= 0, got {v}")
-        if not self.mra_thresholds or not all(0.0 <= t <= 1.0 for t in self.mra_thresholds):
-            raise ValueError(
-                f"AlloSpatialConfig.mra_thresholds must be non-empty values in [0, 1], got {self.mra_thresholds}"
-            )
-        if not 0.0 <= self.accuracy_gate <= 1.0:
-            raise ValueError(f"AlloSpatialConfig.accuracy_gate must lie in [0, 1], got {self.accuracy_gate}")
-        if self.max_rewarded_map_calls < 1 or self.max_rewarded_view_calls < 1:
-            raise ValueError("AlloSpatialConfig.max_rewarded_map_calls and max_rewarded_view_calls must be >= 1")
-        if not 0 <= self.length_free_tokens < self.length_full_penalty_tokens:
-            raise ValueError(
-                "AlloSpatialConfig needs 0 <= length_free_tokens < length_full_penalty_tokens, got "
-                f"{self.length_free_tokens} and {self.length_full_penalty_tokens}"
-            )
+        check_non_negative(
+            self, "w_structure", "w_accuracy", "w_tool", "w_length", "penalty_no_step1", "penalty_no_step5",
+            "penalty_map_step_without_call", "penalty_view_step_without_call", "penalty_tool_without_step",
+            "penalty_no_cross_check", "penalty_malformed_call", "penalty_missing_argument", "map_bonus",
+            "view_bonus", "penalty_extra_map_call",
+        )
+        check_range(self, "accuracy_gate", 0.0, 1.0)
+        require("mra_thresholds", self.mra_thresholds,
+                bool(self.mra_thresholds) and all(math.isfinite(t) and 0.0 <= t <= 1.0 for t in self.mra_thresholds),
+                "be a non-empty list of values in [0, 1]")
+        check_at_least(self, max_rewarded_map_calls=1, max_rewarded_view_calls=1, length_free_tokens=0)
+        require("length_full_penalty_tokens", self.length_full_penalty_tokens,
+                self.length_full_penalty_tokens > self.length_free_tokens,
+                f"be > length_free_tokens = {self.length_free_tokens}")
 
 
 def mra(prediction: float, target: float, thresholds: Sequence[float]) -> float:

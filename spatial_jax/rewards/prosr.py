@@ -1,4 +1,5 @@
 """ProSR reward (SPEC 3): answer + format + counterfactual-invariance and tail-drift penalties (eqs. 8-11).
+With the default weights a reward lies in [-0.2, 1.2]; token traces are read as rewards/uncertainty.py says.
 
 Entropy trajectories are taken over the reasoning span (start of the completion to `</think>`); the trajectory
 maths (resampling, l1 normalisation, s_cf, segment means) is jittable JAX, run for a whole batch at once.
@@ -13,10 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spatial_jax.config import check_at_least, check_non_negative, check_positive, check_range
 from spatial_jax.records import Rollout, TokenTrace
 from spatial_jax.rewards._host import bucket, host_float64
 from spatial_jax.rewards.advantages import AdvantageConfig
 from spatial_jax.rewards.parse_think import ParsedThink, parse_think, resolve_gold
+from spatial_jax.rewards.uncertainty import read_entropies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,18 +37,12 @@ class ProSRConfig:
     advantage: AdvantageConfig = AdvantageConfig()  # eq. 2
 
     def __post_init__(self):
-        checks = [
-            (self.resample_len >= 1, "resample_len must be at least 1"),
-            (0.0 <= self.tau_cf < 1.0, "tau_cf must lie in [0, 1)"),
-            (self.margin >= 0.0, "margin must be non-negative"),
-            (min(self.lambda_fmt, self.lambda_cf, self.lambda_drift) >= 0.0, "lambda_* must be non-negative"),
-            (self.l1_eps > 0.0, "l1_eps must be positive"),
-            (self.min_span_tokens >= 1, "min_span_tokens must be at least 1"),
-            (0.0 <= self.mid_start <= self.late_start <= 1.0, "need 0 <= mid_start <= late_start <= 1"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(msg)
+        check_at_least(self, resample_len=1, min_span_tokens=1)
+        check_range(self, "tau_cf", 0.0, 1.0, high_open=True)
+        check_non_negative(self, "margin", "lambda_fmt", "lambda_cf", "lambda_drift")
+        check_positive(self, "l1_eps")
+        check_range(self, "mid_start", 0.0, 1.0)
+        check_range(self, "late_start", self.mid_start, 1.0)  # early:middle:late segments in order
 
 
 def resample(e: jax.Array, length: jax.Array, t: int) -> jax.Array:
@@ -112,14 +109,14 @@ def segment_bounds(length: int, mid_start: float = 0.3, late_start: float = 0.7)
 
 
 def span_entropies(completion: str, trace: TokenTrace, end: int) -> np.ndarray:
-    """Entropies of the tokens lying inside [0, end) (SPEC 7), in order; zero-width and non-finite ones dropped."""
+    """Entropies of the tokens lying inside [0, end) (SPEC 7), in order; tokens a trace cannot hold (zero-width,
+    unreadable entropy: rewards/uncertainty.py) are left out."""
     n = min(len(trace.entropies), len(trace.offsets))
     if n == 0:
         return np.zeros(0)
-    ent = np.asarray(trace.entropies[:n], np.float64)
-    off = np.asarray(trace.offsets[:n], np.int64).reshape(n, 2)
-    keep = (off[:, 0] >= 0) & (off[:, 0] < off[:, 1]) & (off[:, 1] <= end) & np.isfinite(ent)
-    return ent[keep]
+    ent, readable = read_entropies(trace.entropies[:n])
+    inside = np.array([0 <= s < e <= end for s, e in trace.offsets[:n]])  # Python ints: no int64 overflow
+    return ent[inside & readable]
 
 
 def _trajectory(completion: str, trace: TokenTrace, parsed: ParsedThink) -> np.ndarray:

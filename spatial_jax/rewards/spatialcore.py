@@ -1,4 +1,5 @@
 """SpatialCORE reward (SPEC 2): confidence-weighted spatial matching, format term, answer gate, composition.
+With the default constants a reward lies in [-1.2, 2.25]; token traces are read as rewards/uncertainty.py says.
 
 Host parts (parsing, matching) run in float64 numpy; the per-token part (box uncertainty, eq. 5) runs as one
 jitted call over every box of a batch (`score_batch`).
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from spatial_jax.config import check_at_least, check_non_negative, check_positive, check_range, require
 from spatial_jax.kernels.uncertainty import box_uncertainty_from_digits
 from spatial_jax.records import Rollout
 from spatial_jax.rewards._host import bucket, host_float64
@@ -37,6 +39,7 @@ class SpatialCOREConfig:
     gamma: float = 0.3  # eq. 10 answer gate g(0)
     lambda_s: float = 1.0  # eq. 10
     format_base: float = 0.2  # lambda_fmt * R_fmt, stored scaled (3.2.2)
+    format_floor: float = -0.2  # SPEC 2 (settled 2026-11-30): repeats cannot swamp a group's std
     repeat_label_penalty: float = 0.05
     repeat_label_cap: float = 0.15
     repeat_box_penalty: float = 0.1
@@ -47,29 +50,19 @@ class SpatialCOREConfig:
     advantage: AdvantageConfig = AdvantageConfig()  # eq. 2
 
     def __post_init__(self):
-        checks = [
-            (0.0 <= self.w_iou <= 1.0 and 0.0 <= self.w_label <= 1.0, "w_iou and w_label must lie in [0, 1]"),
-            (abs(self.w_iou + self.w_label - 1.0) <= 1e-9, "w_iou + w_label must equal 1 (eq. 3)"),
-            (0.0 <= self.tau_iou < 1.0, "tau_iou must lie in [0, 1)"),
-            (0.0 <= self.beta <= 1.0, "beta must lie in [0, 1]"),
-            (self.alpha > 0.0, "alpha must be positive"),
-            (self.over_penalty >= 0.0 and self.no_box_penalty >= 0.0, "penalties must be non-negative"),
-            (-1.0 <= self.no_box_floor <= 0.0, "no_box_floor must lie in [-1, 0]"),
-            (self.spatial_clip > 0.0, "spatial_clip must be positive"),
-            (0.0 <= self.gamma <= 1.0, "gamma must lie in [0, 1]"),
-            (self.lambda_s >= 0.0, "lambda_s must be non-negative"),
-            (
-                min(self.format_base, self.repeat_label_penalty, self.repeat_label_cap, self.repeat_box_penalty,
-                    self.attempt_bonus) >= 0.0,
-                "format constants must be non-negative",
-            ),
-            (self.coord_max > 0, "coord_max must be positive"),
-            (self.digit_vocab >= 2, "digit_vocab must be at least 2"),
-            (0.0 <= self.tie_break <= 1e-3, "tie_break must lie in [0, 1e-3]"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(msg)
+        check_range(self, "w_iou", 0.0, 1.0)
+        check_range(self, "w_label", 0.0, 1.0)
+        require("w_label", self.w_label, abs(self.w_iou + self.w_label - 1.0) <= 1e-9, "equal 1 - w_iou (eq. 3)")
+        check_range(self, "tau_iou", 0.0, 1.0, high_open=True)
+        check_range(self, "beta", 0.0, 1.0)
+        check_positive(self, "alpha", "spatial_clip")
+        check_non_negative(self, "over_penalty", "no_box_penalty", "lambda_s", "format_base", "repeat_label_penalty",
+                           "repeat_label_cap", "repeat_box_penalty", "attempt_bonus")
+        check_range(self, "no_box_floor", -1.0, 0.0)
+        check_range(self, "format_floor", -1.0, 0.0)
+        check_range(self, "gamma", 0.0, 1.0)
+        check_at_least(self, coord_max=1, digit_vocab=2)
+        check_range(self, "tie_break", 0.0, 1e-3)
 
 
 def pair_rewards(pred_boxes, pred_labels, gt_boxes, gt_labels, validity, cfg: SpatialCOREConfig) -> np.ndarray:
@@ -88,9 +81,11 @@ def confidence_weight(h, cfg: SpatialCOREConfig) -> np.ndarray:
     return cfg.beta + (1.0 - cfg.beta) * (1.0 - np.asarray(h, np.float64))
 
 
-def match(r: np.ndarray, omega: np.ndarray, cfg: SpatialCOREConfig) -> list[tuple[int, int]]:
-    """Eq. 4: one-to-one assignment maximising sum R_jk; a tie_break-sized share of omega_j R_jk settles ties."""
-    return max_weight_matching(r * (1.0 + cfg.tie_break * omega[:, None]))
+def match(r: np.ndarray, omega: np.ndarray, ious: np.ndarray, cfg: SpatialCOREConfig) -> list[tuple[int, int]]:
+    """Eq. 4: one-to-one assignment maximising sum R_jk. Ties go to the larger sum of omega_j R_jk, then of IoU
+    (shares of tie_break and tie_break^2), so the pairs, and the IoU reported for them, never depend on the solver
+    (equal weights, e.g. without a token trace, left that to it)."""
+    return max_weight_matching(r * (1.0 + cfg.tie_break * omega[:, None]) + cfg.tie_break**2 * ious)
 
 
 def precision(r: np.ndarray, omega: np.ndarray, pairs: Sequence[tuple[int, int]]) -> float:
@@ -126,7 +121,7 @@ def gated_spatial(r_ans: float, r_spatial: float, cfg: SpatialCOREConfig) -> flo
 def format_term(parsed: ParsedThink, has_gt: bool, question: str, options: Sequence[str],
                 cfg: SpatialCOREConfig) -> float:
     """3.2.2 / A.4, already scaled: 0 unless the tail is one `</think>` + one capital letter; repeats cost,
-    a relevant box attempt earns a bonus."""
+    a relevant box attempt earns a bonus; floored at format_floor (SPEC 2)."""
     if not parsed.well_formed_tail:
         return 0.0
     seen_labels: set[str] = set()
@@ -145,7 +140,7 @@ def format_term(parsed: ParsedThink, has_gt: bool, question: str, options: Seque
         context = words(question).union(*(words(o) for o in options))
         if any(words(b.label) & context for b in parsed.valid_boxes):
             out += cfg.attempt_bonus
-    return out
+    return max(cfg.format_floor, out)
 
 
 def no_spatial() -> dict[str, float]:
@@ -174,12 +169,12 @@ def spatial_reward(
     gt_xy = np.array([g.bbox for g in gt], np.float64)
     r = pair_rewards(pred_xy, [b.label for b in boxes], gt_xy, [g.label for g in gt], v, cfg)
     omega = confidence_weight(h, cfg)
-    pairs = match(r, omega, cfg)
+    ious = pairwise_iou(pred_xy, gt_xy)
+    pairs = match(r, omega, ious, cfg)
     p = precision(r, omega, pairs)
     rec = recall(r, v)
     f = f_alpha(p, rec, cfg.alpha) if v.sum() > 0 else 0.0
     over = cfg.over_penalty * max(0, n - len(pairs))  # A.4
-    ious = pairwise_iou(pred_xy, gt_xy)
     positive = [ious[j, k] for j, k in pairs if r[j, k] > 0]
     out.update(
         r_spatial=float(np.clip(f - over, -cfg.spatial_clip, cfg.spatial_clip)),

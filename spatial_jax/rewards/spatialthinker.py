@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from spatial_jax.config import check_non_negative, check_positive, require
 from spatial_jax.records import RecordError, Rollout
 from spatial_jax.rewards import geometry, matching, parse_scene, text
 from spatial_jax.rewards.advantages import AdvantageConfig
@@ -44,17 +45,12 @@ class SpatialThinkerConfig:
     advantage: AdvantageConfig = AdvantageConfig()  # eq. 2 (GRPO group advantages)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, float) and (not math.isfinite(v) or v < 0):
-                raise ValueError(f"SpatialThinkerConfig.{f.name} must be a finite number >= 0, got {v}")
-        if abs(self.count_object_weight + self.count_relation_weight - 1.0) > 1e-9:
-            raise ValueError(
-                "SpatialThinkerConfig.count_object_weight + count_relation_weight must be 1, got "
-                f"{self.count_object_weight} + {self.count_relation_weight}"
-            )
-        if self.ciou_eps <= 0:
-            raise ValueError(f"SpatialThinkerConfig.ciou_eps must be > 0, got {self.ciou_eps}")
+        check_non_negative(self, "w_format", "w_count", "w_accuracy", "w_spatial", "count_object_weight",
+                           "count_relation_weight", "label_cost_weight")
+        require("count_relation_weight", self.count_relation_weight,
+                abs(self.count_object_weight + self.count_relation_weight - 1.0) <= 1e-9,
+                "equal 1 - count_object_weight")
+        check_positive(self, "ciou_eps")
 
 
 @dataclasses.dataclass(frozen=True)

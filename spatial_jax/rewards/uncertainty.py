@@ -2,6 +2,13 @@
 
 Host side: digit character spans -> token positions (SPEC 7) -> padded [B, 4, K] entropy/mask arrays.
 Device side: `spatial_jax.kernels.uncertainty.box_uncertainty_from_digits` (eq. 5 itself, beside the kernels).
+
+How every scorer reads a token trace (records.py refuses other traces in JSON; a Rollout built directly may hold
+anything): a token counts only when its offsets lie in the completion, 0 <= start < end <= len(completion), and its
+entropy is a number in [-ENTROPY_ROUNDING, ENTROPY_LIMIT] nats, read as 0 when negative (float32 rounding of a
+near-certain token, as records.py reads it). Any other token is left out as if the trace lacked it: NaN is the
+records' "missing", and a more negative, infinite or absurd value is no entropy, which would otherwise pull a box's
+H to 0 (the largest weight) or overflow ProSR's trajectory sums. Rewards therefore stay within their bounds.
 """
 
 from __future__ import annotations
@@ -11,9 +18,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spatial_jax.records import ENTROPY_LIMIT, ENTROPY_ROUNDING
+
+
+def read_entropies(entropies) -> tuple[np.ndarray, np.ndarray]:
+    """(entropies with rounding below 0 read as 0, whether each counts) as the module docstring reads a trace."""
+    e = np.asarray(entropies, np.float64)
+    readable = (e >= -ENTROPY_ROUNDING) & (e <= ENTROPY_LIMIT)  # NaN fails both comparisons
+    return np.where(readable, np.maximum(e, 0.0), 0.0), readable
+
 
 class TokenLookup:
-    """Digit-token positions of character spans in one completion (SPEC 7).
+    """Digit-token positions of character spans in one completion (SPEC 7); offsets outside the completion are
+    never a digit token (module docstring).
 
     Offsets from a tokenizer are sorted, so the overlapping tokens are found by bisection; unsorted offsets
     fall back to a scan.
@@ -38,7 +55,7 @@ class TokenLookup:
         out = []
         for t in candidates:
             s, e = self.offsets[t]
-            if s < b and e > a:
+            if s < b and e > a and 0 <= s < e <= len(self.completion):
                 text = self.completion[s:e]
                 if text and text.isascii() and text.isdigit():
                     out.append(t)
@@ -73,9 +90,9 @@ def pack_box_digits(
     """Boxes' per-coordinate token positions -> padded ([B, 4, K] entropies, [B, 4, K] mask).
 
     `rows` pads B (extra boxes fully masked), `k` pads K (at least the longest coordinate). A position outside
-    the entropy sequence is left masked.
+    the entropy sequence, or whose entropy is not readable (module docstring), is left masked.
     """
-    ent = np.asarray(entropies, dtype=np.float64)
+    ent, readable = read_entropies(entropies)
     need_k = max([len(p) for box in positions for p in box] + [1])
     k = need_k if k is None else k
     if k < need_k:
@@ -90,7 +107,7 @@ def pack_box_digits(
             raise ValueError(f"box {i} has {len(box)} coordinates, expected 4")
         for c, pos in enumerate(box):
             for slot, t in enumerate(pos):
-                if 0 <= t < ent.shape[0]:
+                if 0 <= t < ent.shape[0] and readable[t]:
                     values[i, c, slot] = ent[t]
                     mask[i, c, slot] = True
     return values, mask

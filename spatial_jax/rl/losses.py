@@ -16,6 +16,8 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from spatial_jax.config import check_at_least, check_non_negative, check_positive, check_range, require
+
 LossKind = Literal["grpo", "gspo", "gspo_token"]
 KLEstimator = Literal["k1", "k2", "k3"]
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
@@ -34,7 +36,17 @@ class LossConfig:
     aggregation: "token_mean" (DAPO), "seq_mean_token_mean" (original GRPO), "seq_mean_token_sum_norm" (Dr. GRPO,
       sum over tokens / (B * max_completion_length)).
     entropy_coef: weight of the entropy bonus (subtracted from the loss).
-    log_ratio_clamp, gspo_log_ratio_cap, k3_log_ratio_clamp, k3_clamp: the numerical guards of SPEC §6.
+
+    Numerical guards (SPEC §6), all of them:
+    log_ratio_clamp (20): each token's log-ratio logp - old_logp is clamped to [-20, 20] before anything uses it
+      (the GRPO ratio, GSPO's mean log s_i, the approx_kl_old metric).
+    gspo_log_ratio_cap (10): GSPO's log s_i is capped above at 10; GSPO-token's combined
+      log s_it = sg(log s_i) + logp - sg(logp) is capped as a whole, as verl does, so a token whose sequence is more
+      than e^10 off-policy carries no gradient (only the value e^10 |A|).
+    k3_log_ratio_clamp (20), k3_clamp (10): k3's inner -l_ref is clamped to [-20, 20] and its output to [-10, 10].
+    dual_clip (off by default): a negative-advantage token's loss is capped at c |A|.
+    No eps anywhere: every mean divides by max(count, 1), and masked positions are zeroed before use, so an empty
+    row or batch gives 0, never NaN.
     """
 
     kind: LossKind = "grpo"
@@ -52,25 +64,17 @@ class LossConfig:
     k3_clamp: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("grpo", "gspo", "gspo_token"):
-            raise ValueError(f"kind must be 'grpo', 'gspo' or 'gspo_token', got {self.kind!r}")
-        if self.kl_estimator not in ("k1", "k2", "k3"):
-            raise ValueError(f"kl_estimator must be 'k1', 'k2' or 'k3', got {self.kl_estimator!r}")
-        if self.aggregation not in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"):
-            raise ValueError(f"unknown aggregation {self.aggregation!r}")
-        if not 0.0 <= self.clip_low < 1.0:
-            raise ValueError(f"clip_low must be in [0, 1), got {self.clip_low}")
-        if self.clip_high < 0.0:
-            raise ValueError(f"clip_high must be >= 0, got {self.clip_high}")
-        if self.dual_clip is not None and self.dual_clip <= 1.0:
-            raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {self.dual_clip}")
-        if self.kl_coef < 0.0 or self.entropy_coef < 0.0:
-            raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
-        if self.max_completion_length < 1:
-            raise ValueError(f"max_completion_length must be >= 1, got {self.max_completion_length}")
-        for name in ("log_ratio_clamp", "gspo_log_ratio_cap", "k3_log_ratio_clamp", "k3_clamp"):
-            if not getattr(self, name) > 0.0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        require("kind", self.kind, self.kind in ("grpo", "gspo", "gspo_token"), "be 'grpo', 'gspo' or 'gspo_token'")
+        require("kl_estimator", self.kl_estimator, self.kl_estimator in ("k1", "k2", "k3"), "be 'k1', 'k2' or 'k3'")
+        require("aggregation", self.aggregation,
+                self.aggregation in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+                "be 'token_mean', 'seq_mean_token_mean' or 'seq_mean_token_sum_norm'")
+        check_range(self, "clip_low", 0.0, 1.0, high_open=True)
+        check_non_negative(self, "clip_high", "kl_coef", "entropy_coef")
+        if self.dual_clip is not None:
+            check_range(self, "dual_clip", 1.0, low_open=True)
+        check_at_least(self, max_completion_length=1)
+        check_positive(self, "log_ratio_clamp", "gspo_log_ratio_cap", "k3_log_ratio_clamp", "k3_clamp")
 
 
 def _float_dtype(x: jax.Array) -> jnp.dtype:
@@ -177,10 +181,12 @@ def _log_ratio(logp: jax.Array, old_logp: jax.Array, mask: jax.Array, cfg: LossC
     if cfg.kind == "gspo":
         log_s = jnp.minimum(log_s, cfg.gspo_log_ratio_cap)
         return jnp.broadcast_to(log_s[:, None], logp.shape)
-    # GSPO-token: s_it = sg(s_i) exp(logp - sg(logp)), s_i capped before the stop-gradient so that the cap
-    # bounds the value without cutting each token's own gradient.
+    # GSPO-token: log s_it = (logp - sg(logp)) + sg(log s_i), whose value is exactly log s_i. The cap applies to
+    # it as a whole (SPEC 6, as verl), so a token beyond it carries no gradient; `where` passes the gradient up to
+    # and at the cap, as torch.clamp does.
     sg = jax.lax.stop_gradient
-    return sg(jnp.minimum(log_s, cfg.gspo_log_ratio_cap))[:, None] + logp - sg(logp)
+    combined = (logp - sg(logp)) + sg(log_s)[:, None]
+    return jnp.where(combined > cfg.gspo_log_ratio_cap, cfg.gspo_log_ratio_cap, combined)
 
 
 def policy_loss(

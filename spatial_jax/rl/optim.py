@@ -13,6 +13,8 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 
+from spatial_jax.config import check_at_least, check_non_negative, check_positive, check_range
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
@@ -35,20 +37,13 @@ class OptimConfig:
     grad_accum_steps: int = 1
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"min_lr must be in [0, lr], got {self.min_lr} (lr {self.lr})")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.total_steps < 1:
-            raise ValueError(f"total_steps must be >= 1, got {self.total_steps}")
-        if self.weight_decay < 0 or self.grad_clip_norm < 0 or self.eps <= 0:
-            raise ValueError("weight_decay and grad_clip_norm must be >= 0 and eps > 0")
-        if not (0 <= self.b1 < 1 and 0 <= self.b2 < 1):
-            raise ValueError(f"b1 and b2 must be in [0, 1), got {self.b1}, {self.b2}")
-        if self.grad_accum_steps < 1:
-            raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+        check_positive(self, "lr", "eps")
+        check_range(self, "min_lr", 0.0, self.lr)
+        check_range(self, "warmup_ratio", 0.0, 1.0, high_open=True)
+        check_non_negative(self, "weight_decay", "grad_clip_norm")
+        check_range(self, "b1", 0.0, 1.0, high_open=True)
+        check_range(self, "b2", 0.0, 1.0, high_open=True)
+        check_at_least(self, total_steps=1, grad_accum_steps=1)
 
     @property
     def warmup_steps(self) -> int:

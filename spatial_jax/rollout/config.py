@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from spatial_jax.config import check_at_least, check_non_negative, check_range, require
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -26,20 +28,12 @@ class SamplingConfig:
     pad_token_id: int = 0
 
     def __post_init__(self):
-        if not self.temperature >= 0.0:
-            raise ValueError(f"SamplingConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"SamplingConfig.top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"SamplingConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if any(t < 0 for t in self.stop_token_ids):
-            raise ValueError(f"SamplingConfig.stop_token_ids must be non-negative ids, got {self.stop_token_ids}")
-        if any(t < 0 for t in self.suppress_token_ids):
-            raise ValueError(
-                f"SamplingConfig.suppress_token_ids must be non-negative ids, got {self.suppress_token_ids}"
-            )
+        check_non_negative(self, "temperature", "top_k")  # temperature 0 = greedy, top_k 0 = off
+        check_range(self, "top_p", 0.0, 1.0, low_open=True)
+        check_at_least(self, max_new_tokens=1)
+        for name in ("stop_token_ids", "suppress_token_ids"):
+            ids = getattr(self, name)
+            require(name, ids, all(t >= 0 for t in ids), "be non-negative token ids")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         object.__setattr__(self, "suppress_token_ids", tuple(int(t) for t in self.suppress_token_ids))
 

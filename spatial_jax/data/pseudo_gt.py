@@ -1,0 +1,431 @@
+"""Pseudo-ground-truth boxes for a dataset (SpatialCORE A.3, SPEC 2): object phrases from the question and options,
+a zero-shot detector, the top box per phrase, scores below the threshold dropped, boxes scaled to the [0, 1000]
+frame, validity = detector score.
+
+Three separable parts: phrase extraction (`extract_phrases`, offline; `ChatExtractor`, an OpenAI-compatible
+endpoint, or any callable (question, options) -> phrases), box selection on plain arrays (`select_boxes`), and the
+detector runner (`ZeroShotDetector`, transformers' Grounding DINO / OWLv2 / OWL-ViT from a local folder). `annotate`
+writes the samples with `gt_boxes` filled, appending and flushing per batch; `completed_ids` makes a rerun after a
+kill skip what is written (a last line cut short is dropped), so no record is written twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import urllib.request
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from spatial_jax.config import ConfigError, check_at_least, check_range
+from spatial_jax.data.jsonl import MalformedJSON, parse_line
+from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.records import GTBox, brief
+
+NORM = 1000
+PhraseExtractor = Callable[[str, Sequence[str]], Sequence[str]]
+
+
+@dataclasses.dataclass(frozen=True)
+class PseudoGTConfig:
+    """threshold: detections scored below it are dropped (A.3: 0.3). batch_size: samples per detector call, and per
+    flush of the output (what a kill can lose)."""
+
+    threshold: float = 0.3
+    batch_size: int = 8
+
+    def __post_init__(self):
+        check_range(self, "threshold", 0, 1)
+        check_at_least(self, batch_size=1)
+
+
+# ---------------------------------------------------------------- phrase extraction
+
+# Relational, directional, metric and otherwise non-visual words (A.3: "left, right, front, distance, direction"
+# and their kin): they name no object, so they end a phrase and never start one.
+RELATIONAL = frozenset("""
+left right front behind back rear ahead before after beside besides between among amid next adjacent near nearer
+nearest close closer closest far farther farthest further furthest above below under underneath beneath over top
+bottom up down upper lower high higher highest low lowest inside outside within into onto toward towards away
+across along around through past beyond opposite against relative relation relationship compared position
+positions located location locations placed positioned situated side sides center centre centers centres middle
+edge edges corner corners direction directions distance distances orientation angle angles north south east west
+northeast northwest southeast southwest northern southern eastern western clockwise counterclockwise anticlockwise
+leftmost rightmost topmost bottommost uppermost lowermost frontmost backmost foreground background horizontal
+vertical diagonal perspective viewpoint view views camera viewer observer facing faces face heading height width
+length depth size sizes large larger largest small smaller smallest big bigger biggest tall taller tallest short
+shorter shortest long longer longest wide wider widest narrow deep shallow meter meters metre metres centimeter
+centimeters cm mm km feet foot inch inches pixel pixels px degree degrees percent unit units
+""".split())
+
+# Function words, question words, common verbs and generic nouns: phrase breaks too.
+STOPWORDS = frozenset("""
+a an the this that these those there here it its it's they them their theirs he him his she her hers we us our
+you your yours i me my mine one ones what which who whom whose where when why how whether if then than as so
+such and or nor but not no yes both either neither each every all any some many much more most less least few
+several other another same different only just also very too quite about approximately roughly exactly is are was
+were be been being am do does did done has have had having can could would should will shall may might must to
+of in on at by for with from via per see seen look looks looked find show shows shown appear appears appeared
+visible need needs want get gets make makes take takes put go goes went turn turns move moves moved walk walks
+stand stands sit sits lie lies say tell know think reach reaches pass passes cross enter exit leave come comes
+happen happens answer answers option options question questions choice choices image images picture pictures
+photo photos photograph scene scenes frame frames object objects thing things item items entity entities number
+numbers count total amount color colour colors colours shape shapes type types kind kinds part parts way ways
+time times place places area areas region regions first second third fourth last many following given based
+according respect regard order whose
+""".split())
+
+COLORS = frozenset("""
+red orange yellow green blue purple violet pink brown black white gray grey silver gold golden beige cyan magenta
+navy maroon teal turquoise tan khaki olive
+""".split())
+
+# Words ending in -ing or -ly are mostly verbs and adverbs in questions; these are objects.
+_ING_NOUNS = frozenset("""
+building buildings ceiling painting paintings clothing railing railings drawing drawings awning ring rings wing
+wings string swing swings spring sling bedding pudding icing king sibling siblings stocking stockings earring
+earrings
+""".split())
+_LY_NOUNS = frozenset("fly family belly jelly lily bully trolley assembly".split())
+# A link word joins two object chunks: "of" always ("cup of coffee"), the others only before a colour, so
+# "boy in orange clothes" stays one phrase while "man in the car" gives two.
+_LINKS = {"of": False, "in": True, "with": True, "wearing": True}
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’-][A-Za-z0-9]+)*|\S")
+_SPACE = re.compile(r"\s+")
+
+
+def _is_content(word: str) -> bool:
+    if len(word) < 2 or word in STOPWORDS or word in RELATIONAL or "'" in word or "’" in word:
+        return False
+    if word.endswith("ing") and word not in _ING_NOUNS:
+        return False
+    return not (word.endswith("ly") and len(word) > 4 and word not in _LY_NOUNS)
+
+
+def _chunks(text: str) -> list[str]:
+    """Runs of content words in `text`, linked as _LINKS says; anything else ends a run."""
+    out: list[list[str]] = []
+    run: list[str] = []
+    link: str | None = None  # a link word seen right after a run, waiting for the next run to decide
+    for tok in _TOKEN.findall(text):
+        word = tok.lower()
+        possessive = len(word) > 2 and word.endswith(("'s", "’s"))
+        word = word[:-2] if possessive else word
+        if _is_content(word):
+            if not run and link is not None and out and (not _LINKS[link] or word in COLORS):
+                run = out.pop() + [link]
+            run.append(word)
+            link = None
+        elif word in _LINKS and run:
+            out.append(run)
+            run, link = [], word
+        elif word in ("a", "an", "the") and link is not None and not run:
+            continue  # "boy in an orange shirt": articles after a link keep it waiting
+        else:
+            if run:
+                out.append(run)
+            run, link = [], None
+        if possessive and run:  # "the man's hat": the owner and the owned are two objects
+            out.append(run)
+            run, link = [], None
+    if run:
+        out.append(run)
+    return [" ".join(r) for r in out]
+
+
+def clean_phrases(phrases: Sequence[str]) -> list[str]:
+    """Lower-cased, whitespace collapsed, duplicates and phrases without an object word dropped, order kept. Applied
+    to every extractor's output, so a remote extractor's "the left side" never reaches the detector."""
+    out: list[str] = []
+    for p in phrases:
+        text = _SPACE.sub(" ", str(p).lower()).strip(" .,;:!?\"'")
+        words = [w.lower() for w in _TOKEN.findall(text)]
+        if text and any(_is_content(w) for w in words) and text not in out:
+            out.append(text)
+    return out
+
+
+def extract_phrases(question: str, options: Sequence[str] = ()) -> list[str]:
+    """Object phrases of a question and its options, offline: runs of content words (colours and other modifiers
+    kept), relational, directional and non-visual words removed (A.3)."""
+    found = _chunks(question)
+    for option in options:
+        found.extend(_chunks(option))
+    return clean_phrases(found)
+
+
+class ExtractorError(RuntimeError):
+    """A phrase-extraction endpoint that cannot be reached or answers with something other than a phrase list."""
+
+
+EXTRACTOR_PROMPT = (
+    "List the physical objects and persons mentioned in the question and answer options below, as a JSON array of "
+    "short noun phrases. Keep modifiers that tell instances apart (for example \"boy in orange clothes\", \"gray "
+    "vehicle\"). Leave out relational or directional words (left, right, front, behind, distance, direction, "
+    "closer, farther) and anything that is not a visible object. Reply with the JSON array only."
+)
+
+
+class ChatExtractor:
+    """Phrases from an OpenAI-compatible chat-completions endpoint (SpatialCORE used GPT-4o-mini; a local vLLM
+    server works too). Built only when the user asks for it (`--extractor-url`); `url` is the API base, such as
+    `https://api.openai.com/v1`. The reply must hold a JSON array of strings; it goes through `clean_phrases`.
+    `post(url, body, headers) -> parsed JSON reply` replaces the HTTP call (tests never touch the network)."""
+
+    def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 60.0,
+                 post: Callable[[str, dict, dict], dict] | None = None):
+        self.endpoint = url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key, self.timeout = model, api_key, timeout
+        self.post = post or self._http_post
+
+    def _http_post(self, url: str, body: dict, headers: dict) -> dict:
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read().decode("utf-8"))
+        except (OSError, ValueError) as e:  # URLError, HTTPError and timeouts are OSErrors
+            raise ExtractorError(f"phrase extractor {url}: {e}") from None
+
+    def __call__(self, question: str, options: Sequence[str] = ()) -> list[str]:
+        lines = [f"Question: {question}"] + [f"Option: {o}" for o in options]
+        body = {
+            "model": self.model,
+            "temperature": 0,
+            "messages": [{"role": "system", "content": EXTRACTOR_PROMPT},
+                         {"role": "user", "content": "\n".join(lines)}],
+        }
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        reply = self.post(self.endpoint, body, headers)
+        try:
+            content = reply["choices"][0]["message"]["content"]
+            phrases = json.loads(content[content.index("["): content.rindex("]") + 1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise ExtractorError(f"phrase extractor {self.endpoint}: no JSON array of phrases in its reply "
+                                 f"{brief(reply)}") from None
+        if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
+            raise ExtractorError(f"phrase extractor {self.endpoint}: expected a JSON array of strings, got "
+                                 f"{brief(phrases)}")
+        return clean_phrases(phrases)
+
+
+# ---------------------------------------------------------------- box selection
+
+
+@dataclasses.dataclass(frozen=True)
+class Detections:
+    """One image's candidate boxes: `boxes` [N, 4] as (x1, y1, x2, y2) in pixels of the image; `scores` [N, P], each
+    candidate's score for each of the image's P phrases (-inf or NaN where the detector gave none)."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+
+
+def select_boxes(detections: Detections, phrases: Sequence[str], image_size: tuple[int, int],
+                 threshold: float) -> tuple[GTBox, ...]:
+    """A.3 on plain arrays: each candidate belongs to the phrase it scores highest on (the detector's returned label,
+    so one box never names two objects); per phrase its top-scoring candidate is kept when scored >= threshold, as
+    integer [0, 1000] coordinates of the image (`image_size` = (width, height)), clipped to the frame, with
+    validity = the score. Candidates that are not finite or have no area once in the integer frame never win.
+    Phrases are distinct; the boxes come in phrase order."""
+    boxes = np.asarray(detections.boxes, dtype=np.float64).reshape(-1, 4)
+    scores = np.asarray(detections.scores, dtype=np.float64)
+    if scores.ndim != 2 or scores.shape != (len(boxes), len(phrases)):
+        raise ValueError(f"scores must have shape [{len(boxes)} candidates, {len(phrases)} phrases], "
+                         f"got {list(scores.shape)}")
+    width, height = image_size
+    if width < 1 or height < 1:
+        raise ValueError(f"image size must be >= 1 pixel each way, got {image_size}")
+    if not len(boxes) or not len(phrases):
+        return ()
+    scaled = boxes * np.array([NORM / width, NORM / height, NORM / width, NORM / height])
+    with np.errstate(invalid="ignore"):
+        frame = np.clip(np.rint(scaled), 0, NORM)
+    x1, x2 = np.minimum(frame[:, 0], frame[:, 2]), np.maximum(frame[:, 0], frame[:, 2])
+    y1, y2 = np.minimum(frame[:, 1], frame[:, 3]), np.maximum(frame[:, 1], frame[:, 3])
+    usable = np.isfinite(scaled).all(axis=1) & (x2 > x1) & (y2 > y1)
+    clean = np.where(np.isnan(scores), -np.inf, scores)
+    owner = np.argmax(clean, axis=1)
+    best = clean[np.arange(len(boxes)), owner]
+    out = []
+    for p, phrase in enumerate(phrases):
+        mine = np.flatnonzero(usable & (owner == p) & (best >= threshold))
+        if not len(mine):
+            continue
+        k = mine[np.argmax(best[mine])]
+        v = round(float(np.clip(best[k], 0.0, 1.0)), 4)
+        out.append(GTBox(bbox=(float(x1[k]), float(y1[k]), float(x2[k]), float(y2[k])), label=phrase, validity=v))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- detector runner
+
+Detector = Callable[[list[np.ndarray], list[list[str]]], list[Detections]]
+FAMILIES = ("grounding-dino", "mm-grounding-dino", "owlv2", "owlvit")
+
+
+class ZeroShotDetector:
+    """A transformers zero-shot detector (AutoProcessor + AutoModelForZeroShotObjectDetection) loaded from a local
+    folder only, never downloaded. Called with images (RGB uint8 arrays) and each image's phrases, it returns one
+    Detections per image. Grounding DINO reads the phrases as one prompt ("a. b."), and a candidate's score for a
+    phrase is its highest token probability over the phrase's tokens; OWL models score each phrase as a query."""
+
+    def __init__(self, path: str | Path, device: str | None = None):
+        import torch
+        from transformers import AutoConfig, AutoModelForZeroShotObjectDetection, AutoProcessor
+
+        path = Path(path)
+        if not path.is_dir():
+            raise ConfigError(f"--detector {path}: no such folder (a saved transformers detector is needed)")
+        try:
+            model_type = AutoConfig.from_pretrained(path, local_files_only=True).model_type
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--detector {path}: cannot read its config.json: {e}") from None
+        if model_type not in FAMILIES:
+            raise ConfigError(f"--detector {path}: model type {model_type!r} is not a supported zero-shot "
+                              f"detector; supported: {list(FAMILIES)}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda: torch sees no CUDA device")
+        self.family = model_type
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+        self.model = AutoModelForZeroShotObjectDetection.from_pretrained(path, local_files_only=True)
+        self.model.to(self.device).eval()
+
+    def __call__(self, images: list[np.ndarray], phrases: list[list[str]]) -> list[Detections]:
+        import torch
+
+        with torch.inference_mode():
+            if "grounding-dino" in self.family:
+                return self._grounding_dino(images, phrases)
+            return self._owl(images, phrases)
+
+    def _grounding_dino(self, images, phrases) -> list[Detections]:
+        max_len = self.model.config.max_text_len
+        # The model splits its prompt at "." tokens, so a phrase carries none of its own.
+        parts = [[p.replace(".", " ").strip() for p in ps] for ps in phrases]
+        prompts = [". ".join(ps) + "." for ps in parts]
+        inputs = self.processor(images=images, text=prompts, return_tensors="pt", padding="longest",
+                                truncation=True, max_length=max_len).to(self.device)
+        out = self.model(**inputs)
+        probs = out.logits.sigmoid().float().cpu().numpy()  # [B, queries, max_text_len]
+        rel = out.pred_boxes.float().cpu().numpy()  # (cx, cy, w, h) relative to the image
+        result = []
+        for b, (image, ps, prompt) in enumerate(zip(images, parts, prompts)):
+            offsets = self.processor.tokenizer(prompt, return_offsets_mapping=True, truncation=True,
+                                               max_length=max_len)["offset_mapping"]
+            scores = np.full((probs.shape[1], len(ps)), -np.inf)
+            start = 0
+            for p, phrase in enumerate(ps):
+                end = start + len(phrase)
+                tokens = [t for t, (s, e) in enumerate(offsets) if e > s and s >= start and e <= end]
+                if tokens:  # a phrase cut off by max_text_len has none and gets no box
+                    scores[:, p] = probs[b][:, tokens].max(axis=1)
+                start = end + 2  # ". "
+            h, w = image.shape[:2]
+            result.append(Detections(_corners(rel[b]) * np.array([w, h, w, h]), scores))
+        return result
+
+    def _owl(self, images, phrases) -> list[Detections]:
+        max_len = self.model.config.text_config.max_position_embeddings
+        inputs = self.processor(images=images, text=[list(ps) for ps in phrases], return_tensors="pt",
+                                truncation=True, max_length=max_len).to(self.device)
+        out = self.model(**inputs)
+        probs = out.logits.sigmoid().float().cpu().numpy()  # [B, patches, max queries]
+        rel = out.pred_boxes.float().cpu().numpy()
+        result = []
+        for b, (image, ps) in enumerate(zip(images, phrases)):
+            h, w = image.shape[:2]
+            # OWLv2 pads each image to a square (bottom and right) before resizing; OWL-ViT resizes it as it is.
+            scale = np.array([max(w, h)] * 4) if self.family == "owlv2" else np.array([w, h, w, h])
+            result.append(Detections(_corners(rel[b]) * scale, probs[b][:, : len(ps)]))
+        return result
+
+
+def _corners(cxcywh: np.ndarray) -> np.ndarray:
+    cx, cy, w, h = np.moveaxis(np.asarray(cxcywh, dtype=np.float64), -1, 0)
+    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1)
+
+
+# ---------------------------------------------------------------- resumable JSONL writing
+
+
+def relocate(sample: Sample, out_dir: str | Path) -> Sample:
+    """The sample with its image path relative to `out_dir`, where its row is written (the reader resolves image
+    paths against the JSONL file's folder)."""
+    if not isinstance(sample.image, str):
+        return sample
+    return dataclasses.replace(sample, image=os.path.relpath(os.path.abspath(sample.image),
+                                                            os.path.abspath(out_dir)))
+
+
+def completed_ids(out: str | Path, ids: Collection[str]) -> set[str]:
+    """The ids already written to `out` by an earlier run (none when it does not exist). A last line without its
+    newline was cut short by a kill and is cut from the file. A line that is no record, or a record whose id is not
+    among `ids`, is a DatasetError naming `out:line`: that file is not an earlier run's output on this input."""
+    out = Path(out)
+    if not out.exists():
+        return set()
+    data = out.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        with open(out, "r+b") as f:
+            f.truncate(end)
+    done: set[str] = set()
+    for lineno, line in enumerate(data[:end].decode("utf-8", errors="replace").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = parse_line(line)
+        except MalformedJSON as e:
+            raise DatasetError(f"{out}:{lineno}: {e}; not a record of an earlier run (remove the file to start "
+                               f"over)") from None
+        sid = str(obj.get("id")) if isinstance(obj, dict) else None
+        if sid not in ids:
+            raise DatasetError(f"{out}:{lineno}: id {sid!r} is not in the input; the file is not an earlier run's "
+                               f"output on this input (remove it or choose another --output)")
+        done.add(sid)
+    return done
+
+
+def annotate(samples: Sequence[Sample], out: str | Path, detector: Detector,
+             extractor: PhraseExtractor = extract_phrases, cfg: PseudoGTConfig = PseudoGTConfig(),
+             done: Collection[str] = frozenset(), progress: bool = True) -> dict[str, int]:
+    """Appends each sample not in `done` to `out`, in input order, with its pseudo-GT boxes (label = phrase) and, in
+    meta["pseudo_gt"], its phrases (the extractor's, through `clean_phrases`) and the threshold; flushes after every
+    batch. A sample without phrases gets no boxes and costs no detector call. Returns counts."""
+    from tqdm import tqdm
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in samples if s.id not in done]
+    stats = {"samples": len(samples), "already_done": len(samples) - len(todo), "written": 0,
+             "with_phrases": 0, "with_boxes": 0, "boxes": 0}
+    with open(out, "a", encoding="utf-8") as f, tqdm(total=len(samples), initial=stats["already_done"],
+                                                    unit="sample", desc="pseudo-gt", disable=not progress) as bar:
+        for start in range(0, len(todo), cfg.batch_size):
+            batch = todo[start: start + cfg.batch_size]
+            phrases = [clean_phrases(extractor(s.question, s.options)) for s in batch]
+            asked = [i for i, ps in enumerate(phrases) if ps]
+            images = {i: batch[i].load_image() for i in asked}
+            found = detector(list(images.values()), [phrases[i] for i in asked]) if asked else []
+            for i, s in enumerate(batch):
+                boxes: tuple[GTBox, ...] = ()
+                if i in images:
+                    height, width = images[i].shape[:2]
+                    boxes = select_boxes(found[asked.index(i)], phrases[i], (width, height), cfg.threshold)
+                meta = {**s.meta, "pseudo_gt": {"phrases": list(phrases[i]), "threshold": cfg.threshold}}
+                row = relocate(dataclasses.replace(s, gt_boxes=boxes, meta=meta), out.parent)
+                f.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
+                stats["written"] += 1
+                stats["with_phrases"] += bool(phrases[i])
+                stats["with_boxes"] += bool(boxes)
+                stats["boxes"] += len(boxes)
+            f.flush()
+            bar.update(len(batch))
+    return stats
