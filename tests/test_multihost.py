@@ -3,7 +3,8 @@
 Two CPU processes of 2 devices each join one JAX cluster through JAX_COORDINATOR_ADDRESS (as `spatial-jax train`
 does on a GPU cluster or TPU pod), run an SFT cold start and GRPO steps with evaluation, and must end with the
 parameters of a single process holding all 4 devices (to 1e-5: the reductions may group differently), with one set of
-files written (only the first process writes logs and reports).
+files written (only the first process writes logs and reports). The reward is SpatialCORE's with a dense test term
+(spatial_jax/testing/dense_methods.py), so the RL steps move the weights and the comparison is not between no-ops.
 """
 
 import json
@@ -15,9 +16,12 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
+import spatial_jax.methods
 from spatial_jax import config as C
 from spatial_jax.rl.config import TrainConfig
+from spatial_jax.testing import dense_methods
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = [
@@ -25,6 +29,7 @@ JOB = [
     "rl.sampling.max_new_tokens=12", "eval.after_sft=false", "eval.after_rl=true", "eval.max_samples=4",
     "eval.batch_size=4", "eval.max_new_tokens=12", "data.train=synthetic:train:16", "data.eval=synthetic:heldout:4",
     "tensorboard=false", "progress=false", "data.bucket_lengths=[256,512]", "mesh.data=2", "mesh.fsdp=2", "seed=5",
+    "method=dense_spatialcore",
 ]
 
 
@@ -40,23 +45,28 @@ def _env(devices: int, **extra: str) -> dict[str, str]:
     return env
 
 
-def _params(run_dir: Path):
+@pytest.fixture
+def dense():
+    with dense_methods.registered(spatial_jax.methods):
+        yield
+
+
+def _params(run_dir: Path, stage: str = "rl"):
+    """The trainable weights of `stage`'s last checkpoint."""
+    from spatial_jax.rl.checkpoint import Checkpointer
+    from spatial_jax.rl.optim import make_optimizer
     from spatial_jax.rl.workspace import Workspace
 
     job = Workspace(C.load(TrainConfig, None, [f"run_dir={run_dir}", *JOB]))
-    assert job.load_latest() == "rl"
-    return jax.tree.map(np.asarray, job.trainable)
+    tx = make_optimizer(job.optim_config(stage))
+    with Checkpointer(run_dir / stage) as ck:
+        step, state, _, _ = ck.restore_newest(job.state(tx.init(job.trainable)))
+    assert step == 2
+    return jax.tree.map(np.asarray, state["params"])
 
 
-def _initial_params(tmp_path: Path):
-    from spatial_jax.rl.workspace import Workspace
-
-    job = Workspace(C.load(TrainConfig, None, [f"run_dir={tmp_path / 'fresh'}", *JOB]))
-    return jax.tree.map(np.asarray, job.trainable)
-
-
-def test_two_processes_train_like_one(tmp_path):
-    command = [sys.executable, "-m", "spatial_jax.cli", "train", *JOB]
+def test_two_processes_train_like_one(dense, tmp_path):
+    command = [sys.executable, "-c", dense_methods.RUNNER, "train", *JOB]
     port = _free_port()
     logs = [tmp_path / f"process{i}.log" for i in range(2)]
     cluster = []
@@ -87,9 +97,12 @@ def test_two_processes_train_like_one(tmp_path):
     summary = json.loads((tmp_path / "cluster" / "summary.json").read_text())
     assert summary["after_rl"]["accuracy"]["n"] == 4
 
+    rl_rows = [json.loads(line) for line in (tmp_path / "cluster" / "rl" / "metrics.jsonl").open()]
+    assert all(row["loss/grad_norm"] > 1e-3 for row in rl_rows)  # not rounding noise (~1e-7) of a constant reward
+
     cluster_params, single_params = _params(tmp_path / "cluster"), _params(tmp_path / "single")
     diffs = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), cluster_params, single_params)
-    moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), single_params, _initial_params(tmp_path))
-    assert max(jax.tree.leaves(moved)) > 1e-4  # the job trained: the comparison below is not between two no-ops
+    moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), single_params, _params(tmp_path / "single", "sft"))
+    assert max(jax.tree.leaves(moved)) > 1e-4  # the RL stage trained: the comparison is not between two no-ops
     assert max(jax.tree.leaves(diffs)) <= 1e-5
 

@@ -1,5 +1,6 @@
 """Checkpointer: round trip of nnx/optax/rng state and meta, resume from the latest step, retention,
-an interrupted save's tmp directory ignored, sharded restore on CPU devices."""
+an interrupted save's tmp directory ignored, a damaged checkpoint skipped and set aside, sharded restore on CPU
+devices."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spatial_jax.rl.checkpoint import Checkpointer
+from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
 
 
 class Tiny(nnx.Module):
@@ -100,6 +101,27 @@ def test_interrupted_save_is_ignored(tmp_path):
     with Checkpointer(tmp_path) as ckpt:
         restored, meta = ckpt.restore({"w": jnp.zeros(4)})
         assert meta == {"step": 20} and np.all(np.asarray(restored["w"]) == 1.0)
+
+
+def test_a_damaged_checkpoint_is_skipped_and_set_aside(tmp_path):
+    with Checkpointer(tmp_path, async_save=False) as ckpt:
+        for step in (1, 2):
+            ckpt.save(step, {"w": jnp.full(3, float(step))}, {"step": step})
+    damaged = tmp_path / "checkpoints" / "2"
+    (damaged / "meta" / "metadata").write_text("")  # what a disk or a careless hand can leave
+    with Checkpointer(tmp_path) as ckpt:
+        step, state, meta, skipped = ckpt.restore_newest({"w": jnp.zeros(3)})
+        assert step == 1 and meta == {"step": 1} and np.all(np.asarray(state["w"]) == 1.0)
+        assert len(skipped) == 1 and skipped[0].startswith(f"{damaged}: JSONDecodeError"), skipped
+        assert ckpt.read_newest_meta() == (1, {"step": 1}, skipped)
+        assert ckpt.set_aside(2) == tmp_path / "damaged_checkpoints" / "2" and ckpt.all_steps() == [1]
+        assert ckpt.save(2, {"w": jnp.full(3, 5.0)}, {"step": 2})  # the step can be written again
+        ckpt.wait_until_finished()
+        assert ckpt.restore_newest({"w": jnp.zeros(3)})[0] == 2
+    for step in (1, 2):
+        (tmp_path / "checkpoints" / str(step) / "meta" / "metadata").write_text("")
+    with Checkpointer(tmp_path) as ckpt, pytest.raises(CheckpointError, match=r"checkpoints/2: .*checkpoints/1: "):
+        ckpt.restore_newest({"w": jnp.zeros(3)})
 
 
 def test_sharded_restore(tmp_path):

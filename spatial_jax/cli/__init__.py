@@ -1,4 +1,9 @@
-"""The `spatial-jax` command: one thin module per subcommand in this package, each over library functions."""
+"""The `spatial-jax` command: one thin module per subcommand in this package, each over library functions.
+
+An error the project anticipates (a bad setting, dataset or rollout record, an unreadable checkpoint, a file-system
+failure) reaches the user as one line, `spatial-jax <command>: <message>`, and a non-zero status: 2 for a
+configuration error, 1 for the others. Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import importlib
 import sys
 
 from spatial_jax.config import ConfigError
+from spatial_jax.data.sample import DatasetError
+from spatial_jax.records import RecordError
 
 # subcommand -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
 COMMANDS = {
@@ -15,6 +22,9 @@ COMMANDS = {
     "sft": ("spatial_jax.cli.sft", "supervised cold start (completion-only cross-entropy)"),
     "train": ("spatial_jax.cli.train", "RL post-training (GRPO / GSPO) with a method's reward"),
     "eval": ("spatial_jax.cli.eval", "evaluate a checkpoint on a JSONL dataset"),
+    "pseudo-gt": ("spatial_jax.cli.pseudo_gt", "fill pseudo-GT boxes from a local zero-shot detector (A.3)"),
+    "corrupt": ("spatial_jax.cli.corrupt", "corrupt a share of a dataset's pseudo-GT boxes (A.3 robustness test)"),
+    "filter-sft": ("spatial_jax.cli.filter_sft", "keep samples whose reference completion passes ProSR's filters"),
 }
 
 
@@ -30,6 +40,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
@@ -37,5 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except ConfigError as e:
-        print(f"spatial-jax {args.command}: configuration error: {e}", file=sys.stderr)
+        print(f"spatial-jax {args.command}: configuration error: {_one_line(e)}", file=sys.stderr)
         return 2
+    # OSError covers the run directory's files and an unreadable checkpoint (rl.checkpoint.CheckpointError)
+    except (DatasetError, RecordError, OSError) as e:
+        print(f"spatial-jax {args.command}: {_one_line(e)}", file=sys.stderr)
+        return 1

@@ -2,12 +2,15 @@
 
 Layout: <run_dir>/checkpoints/<step>/{state, meta}. Orbax writes each step into `<step>.orbax-checkpoint-tmp-*`
 and renames it when complete, so a run killed mid-save leaves only a tmp directory, which is never listed as a
-step and is deleted when the next Checkpointer opens the run.
+step and is deleted when the next Checkpointer opens the run. A checkpoint damaged after the fact (a cut or missing
+file) is skipped by `restore_newest` / `read_newest_meta`, which fall back to the newest one that reads back, and
+can be moved out of the way with `set_aside`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,17 @@ import orbax.checkpoint as ocp
 
 _STATE = "state"
 _META = "meta"
+DAMAGED = "damaged_checkpoints"  # sibling of checkpoints/, where set_aside moves unreadable steps
+
+
+class CheckpointError(OSError):
+    """A stage has checkpoints but none of them reads back; the message names each one and its error."""
+
+
+def _reason(e: BaseException) -> str:
+    """One line for a restore error (tensorstore's run to pages of spec)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}"
 
 
 def abstract_like(target: Any) -> Any:
@@ -41,7 +55,8 @@ class Checkpointer:
     async_save: write in a background thread (call wait_until_finished before reading or exiting).
     """
 
-    def __init__(self, run_dir: str | Path, max_to_keep: int | None = 3, save_interval: int = 1, async_save: bool = True):
+    def __init__(self, run_dir: str | Path, max_to_keep: int | None = 3, save_interval: int = 1,
+                 async_save: bool = True):
         if save_interval < 1:
             raise ValueError(f"save_interval must be >= 1, got {save_interval}")
         if max_to_keep is not None and max_to_keep < 1:
@@ -116,6 +131,54 @@ class Checkpointer:
         elif step not in self._manager.all_steps():
             raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; have {self.all_steps()}")
         return int(step)
+
+    def step_path(self, step: int) -> Path:
+        return self.directory / str(step)
+
+    def restore_newest(self, target: Any) -> tuple[int, Any, dict[str, Any], list[str]]:
+        """Restores the newest checkpoint that reads back whole, trying older ones when it does not.
+
+        Returns (step, state, meta, skipped): `skipped` has one "path: error" line per newer checkpoint that failed.
+        FileNotFoundError when there is no checkpoint; CheckpointError when none reads back.
+        """
+        return self._newest(lambda step: self.restore(target, step))
+
+    def read_newest_meta(self) -> tuple[int, dict[str, Any], list[str]]:
+        """(step, meta, skipped) of the newest checkpoint whose meta reads back; errors as restore_newest."""
+        step, _, meta, skipped = self._newest(lambda step: (None, self.read_meta(step)))
+        return step, meta, skipped
+
+    def _newest(self, read) -> tuple:
+        self._manager.wait_until_finished()
+        skipped = []
+        for step in reversed(self.all_steps()):
+            try:
+                state, meta = read(step)
+            except Exception as e:  # a damaged checkpoint fails in orbax's, tensorstore's or json's own ways
+                skipped.append(f"{self.step_path(step)}: {_reason(e)}")
+                continue
+            return step, state, meta, skipped
+        if not skipped:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        raise CheckpointError(f"no checkpoint in {self.directory} reads back: " + "; ".join(skipped))
+
+    def set_aside(self, step: int) -> Path:
+        """Moves an unreadable checkpoint out of the run's steps (to ../damaged_checkpoints/, kept for a look), so
+        the run can write that step again; returns where it went."""
+        self._manager.wait_until_finished()
+        folder = self.directory.parent / DAMAGED
+        folder.mkdir(exist_ok=True)
+        dst = folder / str(step)
+        n = 1
+        while dst.exists():
+            dst, n = folder / f"{step}.{n}", n + 1
+        os.replace(self.step_path(step), dst)
+        self.reload()
+        return dst
+
+    def reload(self) -> None:
+        """Lists the steps on disk again (after another process moved some)."""
+        self._manager.reload()
 
     def wait_until_finished(self) -> None:
         """Blocks until any background save has been committed."""

@@ -1,22 +1,31 @@
 """The run's typed configuration: `spatial-jax sft|train|eval --config configs/X.toml key=value ...`.
 
 The defaults are the README main job (configs/tiny_cpu.toml): a tiny random policy on the synthetic world, SFT then
-GRPO with the SpatialCORE reward, on CPU. `validate` checks what depends on the machine (mesh vs devices, batch
-divisibility) so a bad run fails at start, before anything is compiled.
+GRPO with the SpatialCORE reward, on CPU. Each config checks its own values when built (FieldError, reported with
+its dotted key); `validate` checks what depends on the machine (mesh vs devices, batch divisibility) and
+`check_context` what depends on the policy (sequence lengths vs its positions), so a bad run fails at start, before
+anything is compiled.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal
 
-from spatial_jax.config import ConfigError
+from spatial_jax.config import ConfigError, check_at_least, check_range, from_dict, require, to_dict
 from spatial_jax.data.pipeline import DataConfig
 from spatial_jax.methods import METHODS, Method, get_method
 from spatial_jax.models.config import LoRAConfig
 from spatial_jax.rl.losses import LossConfig
 from spatial_jax.rl.optim import OptimConfig
 from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.multiturn import required_cache_len
+
+# Seeds key jax.random, numpy's generators and grain's shuffle (which takes < 2**32); 31 bits leave room for the
+# seeds derived from them by small offsets.
+MAX_SEED = 2**31 - 1
+# optax counts optimiser calls in int32, and steps key the random streams through jax.random.fold_in (uint32).
+MAX_STEPS = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +51,10 @@ class PolicyConfig:
     max_pixels: int = 12544
     tokenizer_vocab_size: int = 768
 
+    def __post_init__(self):
+        check_range(self, "init_seed", 0, MAX_SEED)
+        check_at_least(self, attention_chunk=1, min_pixels=0, max_pixels=0, tokenizer_vocab_size=1)
+
 
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
@@ -50,6 +63,9 @@ class MeshConfig:
     data: int = 1
     fsdp: int = 1
     tensor: int = 1
+
+    def __post_init__(self):
+        check_at_least(self, data=1, fsdp=1, tensor=1)
 
     @property
     def size(self) -> int:
@@ -70,9 +86,10 @@ class SFTConfig:
     checkpoint_every: int = 50
 
     def __post_init__(self):
-        _at_least(self, "sft", steps=0, batch_size=1, checkpoint_every=1)
-        if self.optim.grad_accum_steps != 1:
-            raise ValueError("sft.optim.grad_accum_steps is not supported: raise sft.batch_size instead")
+        check_range(self, "steps", 0, MAX_STEPS)
+        check_at_least(self, batch_size=1, checkpoint_every=1)
+        require("optim.grad_accum_steps", self.optim.grad_accum_steps, self.optim.grad_accum_steps == 1,
+                "be 1 (not supported: raise sft.batch_size instead)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +100,18 @@ class RLConfig:
     max_tool_turns > 0 (AlloSpatial) runs multi-turn rollouts: tool output joins the context but carries no loss."""
 
     def __post_init__(self):
-        _at_least(self, "rl", steps=0, prompts_per_step=1, group_size=1, updates_per_batch=1, micro_batch=0,
-                  max_tool_turns=0, max_tool_tokens=64, checkpoint_every=1)
-        if self.optim.grad_accum_steps != 1:
-            raise ValueError("rl.optim.grad_accum_steps is set from rl.micro_batch; leave it at 1")
-        if self.steps > 0 and self.sampling.temperature <= 0:
-            raise ValueError("rl.sampling.temperature must be > 0: greedy groups are identical and get no advantage")
+        check_range(self, "steps", 0, MAX_STEPS)
+        check_at_least(self, prompts_per_step=1, group_size=1, updates_per_batch=1, micro_batch=0, max_tool_turns=0,
+                       max_tool_tokens=64, checkpoint_every=1)
+        require("optim.grad_accum_steps", self.optim.grad_accum_steps, self.optim.grad_accum_steps == 1,
+                "be 1 (it is set from rl.micro_batch)")
+        require("sampling.temperature", self.sampling.temperature, self.steps == 0 or self.sampling.temperature > 0,
+                "be > 0: greedy groups are identical and get no advantage")
+        rollouts = self.prompts_per_step * self.group_size
+        calls = self.steps * self.updates_per_batch * max(1, rollouts // (self.micro_batch or rollouts))
+        require("steps", self.steps, calls <= MAX_STEPS,
+                f"make at most {MAX_STEPS} optimiser calls (steps x updates_per_batch x micro-batches = {calls}; "
+                "optax counts them in int32)")
 
     steps: int = 60
     prompts_per_step: int = 4
@@ -116,22 +139,24 @@ class EvalConfig:
     after_rl: bool = True
 
     def __post_init__(self):
-        _at_least(self, "eval", batch_size=1, max_new_tokens=1, max_samples=0)
+        check_at_least(self, batch_size=1, max_new_tokens=1, max_samples=0)
 
 
-def _at_least(cfg, section: str, **minimums: int) -> None:
-    for name, low in minimums.items():
-        if getattr(cfg, name) < low:
-            raise ValueError(f"{section}.{name} must be >= {low}, got {getattr(cfg, name)}")
+_REWARDS_TYPES: dict[tuple, type] = {}
 
 
-# One `rewards.<method>` table per registered method, typed by that method's reward config.
-RewardsConfig = dataclasses.make_dataclass(
-    "RewardsConfig",
-    [(name, m.config_cls, dataclasses.field(default_factory=m.config_cls)) for name, m in METHODS.items()],
-    frozen=True,
-)
-RewardsConfig.__module__ = __name__
+def rewards_config_type() -> type:
+    """The `rewards` table's type: one `rewards.<method>` table per registered method, typed by that method's reward
+    config. Built for the registry as it stands, so a plug-in registered after this module was imported (a test's)
+    has its table too."""
+    key = tuple((name, m.config_cls) for name, m in METHODS.items())
+    if key not in _REWARDS_TYPES:
+        cls = dataclasses.make_dataclass(
+            "RewardsConfig", [(name, c, dataclasses.field(default_factory=c)) for name, c in key], frozen=True
+        )
+        cls.__module__ = __name__
+        _REWARDS_TYPES[key] = cls
+    return _REWARDS_TYPES[key]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,12 +171,20 @@ class TrainConfig:
     sft: SFTConfig = SFTConfig()
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()
-    rewards: RewardsConfig = RewardsConfig()
+    rewards: Any = dataclasses.field(default_factory=lambda: rewards_config_type()())  # typed in __post_init__
     tensorboard: bool = True
     progress: bool = True
 
     def __post_init__(self):
         get_method(self.method)  # an unknown name fails here, listing the registered ones
+        check_range(self, "seed", 0, MAX_SEED)
+        for key, seed in (("data.seed", self.data.seed), ("data.synthetic.seed", self.data.synthetic.seed)):
+            require(key, seed, 0 <= seed <= MAX_SEED, f"lie in [0, {MAX_SEED}]")
+        rewards = rewards_config_type()
+        if not isinstance(self.rewards, rewards):  # a table from a file, or typed before a plug-in registered
+            raw = self.rewards if isinstance(self.rewards, dict) else {
+                name: table for name, table in to_dict(self.rewards).items() if name in METHODS}
+            object.__setattr__(self, "rewards", from_dict(rewards, raw, prefix="rewards."))
 
     @property
     def plugin(self) -> Method:
@@ -203,3 +236,23 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
                 f"rl.loss.max_completion_length={cfg.rl.loss.max_completion_length} must be >= the model tokens a "
                 f"rollout can hold: rl.sampling.max_new_tokens x (rl.max_tool_turns + 1) = {budget}"
             )
+
+
+def check_context(cfg: TrainConfig, max_positions: int) -> None:
+    """Every sequence the job builds fits the policy's `max_positions` (its max_position_embeddings): the longest
+    prompt bucket, plus what a rollout or an evaluation may add to it (each decode round's new tokens and, for a
+    method with tools, the tool turns). The sampler sizes its KV cache by this length, so a bound past the context
+    would otherwise fail late, as an out-of-memory error or positions the policy never learned."""
+    prompt = max(cfg.data.bucket_lengths)
+    turns = cfg.rl.max_tool_turns if cfg.plugin.uses_tools else 0
+    lengths = {"data.bucket_lengths": (prompt, "the longest bucket")}
+    for key, new in (("rl.sampling.max_new_tokens", cfg.rl.sampling.max_new_tokens),
+                     ("eval.max_new_tokens", cfg.eval.max_new_tokens)):
+        detail = f"the longest bucket {prompt} + {turns + 1} x {new} new tokens"
+        if turns:
+            detail += f" + {turns} x rl.max_tool_tokens={cfg.rl.max_tool_tokens}"
+        lengths[key] = (required_cache_len(prompt, new, turns, cfg.rl.max_tool_tokens), detail)
+    for key, (n, detail) in lengths.items():
+        if n > max_positions:
+            raise ConfigError(f"{key}: sequences of up to {n} positions ({detail}) exceed the policy's context of "
+                              f"{max_positions} positions (max_position_embeddings)")

@@ -33,6 +33,23 @@ def _to_json_value(value: Any) -> Any:
     raise TypeError(f"metric value {value!r} is not a scalar or string")
 
 
+def write_atomic(path: str | Path, data: str | bytes) -> bool:
+    """Writes `data` to `path` whole: into a temp file renamed over it, so a kill leaves the old file or the new one,
+    never a cut one. An identical file is left as it is (a finished run reruns in a read-only directory); returns
+    whether it wrote."""
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        if path.read_bytes() == raw:
+            return False
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(raw)
+    os.replace(tmp, path)
+    return True
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl; unparseable lines (e.g. a line cut by a kill) are skipped."""
     rows = []
@@ -165,6 +182,8 @@ def plot_curves(metrics_jsonl: str | Path, out_png: str | Path, keys: Iterable[s
 
     Returns the keys that had data; keys without any value are drawn as an empty panel saying so.
     """
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,7 +200,8 @@ def plot_curves(metrics_jsonl: str | Path, out_png: str | Path, keys: Iterable[s
     fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.2 * nrows), squeeze=False)
     plotted = []
     for ax, key in zip(axes.flat, keys):
-        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+        pts = [(r["step"], r[key]) for r in rows
+               if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
         ax.set_title(key)
         ax.set_xlabel("step")
         if not pts:
@@ -198,6 +218,8 @@ def plot_curves(metrics_jsonl: str | Path, out_png: str | Path, keys: Iterable[s
         ax.axis("off")
     fig.tight_layout()
     Path(out_png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    write_atomic(out_png, png.getvalue())
     return plotted

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from spatial_jax.methods import Method
-from spatial_jax.rl.metrics import plot_curves
+from spatial_jax.rl.metrics import plot_curves, write_atomic
 from spatial_jax.rollout.completions import Completions
 
 
@@ -30,6 +31,19 @@ def rollout_metrics(method: Method, scores: list[dict[str, float]], rewards: np.
     if hasattr(comps, "num_tool_calls"):
         out["tool_calls_mean"] = float(np.mean(comps.num_tool_calls))
     return out
+
+
+def write_json(path: str | Path, obj: Any, indent: int = 2) -> bool:
+    """`obj` as JSON, written whole and only when it changed (metrics.write_atomic); returns whether it wrote."""
+    return write_atomic(path, json.dumps(obj, indent=indent))
+
+
+def read_json(path: str | Path) -> Any:
+    """`path`'s JSON, or None when it is missing or does not read (e.g. cut by a kill, when writes were in place)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
 
 
 def plot(run_dir: Path) -> str | None:

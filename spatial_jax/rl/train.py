@@ -1,7 +1,9 @@
 """The training job: optional SFT cold start, evaluation, GRPO/GSPO with the method's reward, evaluation, summary.
 
-Every stage checkpoints with orbax into the run directory and resumes from its last checkpoint when the same
-command runs again; randomness is a function of (seed, step), so a resumed run ends where an uninterrupted one does.
+Every stage checkpoints with orbax into the run directory and resumes from its last checkpoint that reads back when
+the same command runs again (a rerun with settings that change the result is refused: workspace.check_resumable);
+randomness is a function of (seed, step), so a resumed run ends where an uninterrupted one does. Before anything is
+written or compiled the job checks its settings, its resume and every input it will read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.config import to_dict
-from spatial_jax.data.pipeline import Batch, eval_iterator, train_iterator
+from spatial_jax.data.pipeline import Batch, eval_iterator, open_source, train_iterator
+from spatial_jax.data.sample import DatasetError
 from spatial_jax.eval.evaluate import evaluate
 from spatial_jax.rewards.advantages import group_advantages
 from spatial_jax.rl import report
@@ -27,7 +30,7 @@ from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule, make_optimizer
-from spatial_jax.rl.workspace import Workspace
+from spatial_jax.rl.workspace import Workspace, check_resumable, trained_settings
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions
 
@@ -52,11 +55,41 @@ def full_seq_batch(model_cfg, batch: Batch) -> st.SeqBatch:
                              loss_mask=batch.loss_mask[:, 1:])
 
 
+def inputs(cfg: TrainConfig) -> dict[str, str]:
+    """The data sources the job reads, by config key."""
+    out = {}
+    if cfg.sft.steps > 0:
+        key = "data.sft_train" if cfg.data.sft_train else "data.train"
+        out[key] = cfg.data.sft_train or cfg.data.train
+    if cfg.rl.steps > 0:
+        out["data.train"] = cfg.data.train
+    if (cfg.sft.steps > 0 and cfg.eval.after_sft) or (cfg.rl.steps > 0 and cfg.eval.after_rl):
+        out["data.eval"] = cfg.data.eval
+    return out
+
+
+def open_inputs(cfg: TrainConfig) -> None:
+    """Opens every source the job reads (a JSONL file is read and each row checked), so a broken one fails at start
+    instead of after a stage; DatasetError names the key, the file and the line."""
+    for key, spec in inputs(cfg).items():
+        try:
+            source = open_source(spec, cfg.data.synthetic)
+        except DatasetError as e:
+            raise DatasetError(f"{key}: {e}") from None
+        if len(source) == 0:
+            raise DatasetError(f"{key}: {spec} holds no sample")
+
+
 class Trainer(Workspace):
     """One run directory's training job; `run()` does every configured stage, resuming where it stopped."""
 
     def __init__(self, cfg: TrainConfig, record_config: bool = True):
         super().__init__(cfg, record_config=record_config)
+
+    def preflight(self) -> None:
+        """Fails now, before anything is written or compiled, on a resume with other settings or a broken input."""
+        check_resumable(self.cfg)
+        open_inputs(self.cfg)
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -72,7 +105,7 @@ class Trainer(Workspace):
                     results["after_rl"] = self.evaluate("rl")
         if not self.primary:
             return results
-        (self.run_dir / "summary.json").write_text(json.dumps(results, indent=2))
+        report.write_json(self.run_dir / "summary.json", results)
         curves = report.plot(self.run_dir)
         if curves:
             results["curves_png"] = curves
@@ -90,13 +123,12 @@ class Trainer(Workspace):
         updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
         ck = Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every)
         self.start_reference(name)
-        if ck.latest_step() == steps:
-            self.restore(ck, tx.init(self.trainable), None)
-            ck.close()
-            return
         it = train_iterator(cfg.data, self.tok, self.method.prompt, batch_size, mode=name,
                             image_cfg=self.policy.image_cfg)
         start, opt_state, resumed = self.restore(ck, tx.init(self.trainable), it)
+        if start == steps:  # finished: only hands its weights on
+            ck.close()
+            return
         writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None, tensorboard=cfg.tensorboard,
                                active=self.primary)
         bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
@@ -210,14 +242,16 @@ class Trainer(Workspace):
         """Held-out evaluation after `stage`; cached in the run directory so a resumed job does not redo it."""
         cfg = self.cfg
         path = self.run_dir / f"eval_{stage}.json"
-        # reused only for the same weights (stage length) and the same evaluation
-        key = {"steps": cfg.sft.steps if stage == "sft" else cfg.rl.steps, "data": cfg.data.eval,
-               "eval": to_dict(cfg.eval), "method": cfg.method,
-               "blank_fill": cfg.rl.blank_fill if self.method.needs_blank else None}
-        if path.exists():
-            cached = json.loads(path.read_text())
-            if cached.get("key") == key:
-                return cached["summary"]
+        # reused only for the same weights (every setting they depend on) and the same evaluation
+        key = json.loads(json.dumps({
+            "weights": trained_settings(to_dict(cfg), stage), "data": cfg.data.eval, "method": cfg.method,
+            "eval": {k: v for k, v in to_dict(cfg.eval).items() if k not in ("after_sft", "after_rl")},
+            "rewards": to_dict(self.reward_cfg), "blank_fill": cfg.rl.blank_fill,
+            "tools": [cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens],
+        }))
+        cached = report.read_json(path)  # None when missing or cut
+        if isinstance(cached, dict) and cached.get("key") == key and "summary" in cached:
+            return cached["summary"]
         it = eval_iterator(cfg.data, self.tok, self.method.prompt, cfg.eval.batch_size,
                            image_cfg=self.policy.image_cfg)
         bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}",
@@ -228,8 +262,9 @@ class Trainer(Workspace):
                                  blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg)
         bar.close()
         if self.primary:
-            path.write_text(json.dumps({"key": key, "summary": summary, "rows": rows}, indent=1))
+            report.write_json(path, {"key": key, "summary": summary, "rows": rows}, indent=1)
         return summary
+
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     return Trainer(cfg).run()

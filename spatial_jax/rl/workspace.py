@@ -2,13 +2,18 @@
 
 `Workspace(cfg)` builds the mesh and the policy and splits it into (graphdef, trainable, frozen) states;
 `load_latest()` takes the trainable weights of the run's newest checkpoint. The trainer (rl/train.py) builds on it;
-`spatial-jax eval` uses it alone.
+`spatial-jax eval` uses it alone, and writes nothing in the run directory.
+
+A run directory holds one run: `check_resumable` refuses to resume a stage from checkpoints trained with settings
+that change its result (`trained_settings` says which those are), and a damaged checkpoint is skipped for the newest
+one that reads back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,34 +21,120 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spatial_jax.config import from_dict, to_dict
+from spatial_jax.config import ConfigError, from_dict, to_dict
 from spatial_jax.distributed import is_primary
-from spatial_jax.rl.checkpoint import Checkpointer
-from spatial_jax.rl.config import TrainConfig, validate
+from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
+from spatial_jax.rl.config import TrainConfig, check_context, validate
 from spatial_jax.rl.optim import make_optimizer
 from spatial_jax.rl.policy import Policy, build_mesh, build_policy
+from spatial_jax.rl.report import write_json
 
 STAGES = ("sft", "rl")
 
+# What a resumed run may change, as none of it changes what a stage trains: how the run is shown (progress,
+# tensorboard), evaluated (eval, data.eval: the evaluation cache is keyed by them), checkpointed and where it lives;
+# and how the same computation is laid out on the machine (mesh, remat, attention chunks, reader threads: equal up
+# to float rounding, which lets a run move to another machine).
+RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "eval", "data.eval", "data.read_threads", "mesh",
+                     "policy.remat", "policy.attention_chunk", "sft.checkpoint_every", "rl.checkpoint_every")
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def trained_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """What the weights after `stage` depend on, as dotted key -> value, from a config dict (to_dict(TrainConfig) or
+    one a checkpoint recorded): every setting but RESUMABLE_CHANGES; for the SFT stage none of rl.* and rewards.*,
+    for the RL stage only the run's method's reward table."""
+    config = json.loads(json.dumps(config))  # tuples as lists, as a checkpoint's JSON meta holds them
+
+    def counts(key: str) -> bool:
+        if any(key == free or key.startswith(free + ".") for free in RESUMABLE_CHANGES):
+            return False
+        if stage == "sft" and key.startswith(("rl.", "rewards.")):
+            return False
+        return not key.startswith("rewards.") or key.startswith(f"rewards.{config.get('method')}.")
+
+    return {key: value for key, value in _flatten(config).items() if counts(key)}
+
+
+def check_resumable(cfg: TrainConfig) -> None:
+    """Refuses (ConfigError) to resume a stage the job runs from checkpoints trained with settings that change its
+    result, naming each such key with both values: the run would end as a mix of two runs. The RL stage is compared
+    first, as its weights depend on every setting the SFT stage's do."""
+    current = to_dict(cfg)
+    for stage, steps in (("rl", cfg.rl.steps), ("sft", cfg.sft.steps)):
+        directory = Path(cfg.run_dir) / stage
+        if steps == 0 or not (directory / "checkpoints").is_dir():
+            continue
+        with Checkpointer(directory, async_save=False) as ck:
+            try:
+                step, meta, _ = ck.read_newest_meta()
+            except (FileNotFoundError, CheckpointError):
+                continue  # nothing to compare: the stage starts afresh, or its restore reports the damage
+            saved = meta.get("config")
+            if saved is None:
+                continue
+            was, now = trained_settings(saved, stage), trained_settings(current, stage)
+            keys = [k for k in dict.fromkeys([*was, *now]) if was.get(k, "(unset)") != now.get(k, "(unset)")]
+            if "method" in keys:  # the reward tables differ with it; naming each of their keys says no more
+                keys = [k for k in keys if not k.startswith("rewards.")]
+            if keys:
+                changes = ", ".join(f"{k} {json.dumps(was.get(k, '(unset)'))} -> {json.dumps(now.get(k, '(unset)'))}"
+                                    for k in keys)
+                raise ConfigError(
+                    f"{ck.step_path(step)} was trained with other settings ({changes}); resuming it would mix two "
+                    f"runs: rerun with the run's own settings ({Path(cfg.run_dir) / 'config.json'}) or use another "
+                    "run_dir"
+                )
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """Whether a stage of `run_dir` has a checkpoint (looked up without creating anything)."""
+    for stage in STAGES:
+        if (Path(run_dir) / stage / "checkpoints").is_dir():
+            with Checkpointer(Path(run_dir) / stage, async_save=False) as ck:
+                if ck.all_steps():
+                    return True
+    return False
+
 
 class Workspace:
-    """The policy of one run directory, placed on the run's mesh, with checkpoint restore."""
+    """The policy of one run directory, placed on the run's mesh, with checkpoint restore.
+
+    record_config: a training job, which owns the run directory: it creates it, records its config there (unless an
+    identical one is there already), and moves damaged checkpoints out of the way. Otherwise (`eval`) nothing in the
+    run directory is written."""
 
     def __init__(self, cfg: TrainConfig, record_config: bool = False):
         validate(cfg, jax.device_count())
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.primary = is_primary()  # in a multi-host run only the first process writes files and prints
-        if record_config and self.primary:  # the training command's config; `eval` leaves it as it was
-            (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        self.training = record_config
+        self.preflight()
         self.mesh = build_mesh(cfg.mesh)
         self.policy: Policy = build_policy(cfg.policy, self.mesh)
+        check_context(cfg, self.policy.model.cfg.text.max_position_embeddings)
+        if self.training:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if self.primary:
+                write_json(self.run_dir / "config.json", to_dict(cfg))
         self.graphdef, self.trainable, self.frozen = nnx.split(self.policy.model, self.policy.trainable, ...)
         self.method = cfg.plugin
         self.reward_cfg = cfg.reward_config()
         self.tok = self.policy.tokenizer
         self.reference = None  # KL reference weights when there are no adapters to switch off (set by the RL stage)
+
+    def preflight(self) -> None:
+        """Checks before the policy is built and anything is written (the trainer's: resume and inputs)."""
 
     @property
     def model(self):
@@ -52,6 +143,10 @@ class Workspace:
     def log(self, text: str) -> None:
         if self.cfg.progress and self.primary:
             print(text, flush=True)
+
+    def warn(self, text: str) -> None:
+        if self.primary:
+            print(f"spatial-jax: {text}", file=sys.stderr, flush=True)
 
     def state(self, opt_state) -> dict[str, Any]:
         """What a checkpoint holds: trainable weights, optimiser state and, when it is a copy, the KL reference."""
@@ -69,12 +164,23 @@ class Workspace:
             self.reference = jax.tree.map(jnp.copy, self.trainable)
 
     def restore(self, ck: Checkpointer, opt_state, iterator) -> tuple[int, Any, bool]:
-        """Restores the newest checkpoint of `ck` (weights, optimiser state, reference, data position when an
-        iterator is given); returns (step, opt_state, whether anything was restored)."""
-        step = ck.latest_step()
-        if step is None:
+        """Restores the newest checkpoint of `ck` that reads back (weights, optimiser state, reference, data position
+        when an iterator is given), saying which newer ones it skipped and why; a training job moves those out of the
+        way, so it can write their steps again. Returns (step, opt_state, whether anything was restored)."""
+        if not ck.all_steps():
             return 0, opt_state, False
-        state, meta = ck.restore(self.state(opt_state), step)
+        step, state, meta, skipped = ck.restore_newest(self.state(opt_state))
+        for reason in skipped:
+            self.warn(f"skipped checkpoint {reason}; using {ck.directory.parent.name} step {step}")
+        if skipped and self.training:
+            if self.primary:
+                for newer in [s for s in ck.all_steps() if s > step]:
+                    self.warn(f"moved the unreadable {ck.step_path(newer)} to {ck.set_aside(newer)}")
+            if jax.process_count() > 1:  # the others list the steps again once the first process has moved them
+                from jax.experimental import multihost_utils
+
+                multihost_utils.sync_global_devices("checkpoints set aside")
+                ck.reload()
         self.trainable = state["params"]
         self.reference = state.get("ref", self.reference)
         if iterator is not None:
@@ -92,19 +198,22 @@ class Workspace:
         return dataclasses.replace(rc.optim, total_steps=rc.steps * rc.updates_per_batch, grad_accum_steps=n_micro)
 
     def load_latest(self) -> str | None:
-        """Takes the trainable weights of the newest checkpoint (RL over SFT); returns its stage or None.
+        """Takes the trainable weights of the newest checkpoint that reads back (RL over SFT); returns its stage or
+        None.
 
         The checkpoint's optimiser state and KL reference are laid out by the settings of the run that saved it
         (kept in its meta), so they are rebuilt from those: `eval` may override micro-batching, the KL term and
         the like."""
         for stage in reversed(STAGES):
-            ck = Checkpointer(self.run_dir / stage, async_save=False)
-            if ck.latest_step() is not None:
-                saved = ck.read_meta().get("config")
+            if not (self.run_dir / stage / "checkpoints").is_dir():  # opening one would create it
+                continue
+            with Checkpointer(self.run_dir / stage, async_save=False) as ck:
+                if not ck.all_steps():
+                    continue
+                _, meta, _ = ck.read_newest_meta()
+                saved = meta.get("config")
                 trained = from_dict(TrainConfig, saved) if saved is not None else self.cfg
                 self.start_reference(stage, trained)
                 self.restore(ck, make_optimizer(self.optim_config(stage, trained)).init(self.trainable), None)
-                ck.close()
-                return stage
-            ck.close()
+            return stage
         return None
