@@ -258,13 +258,19 @@ def apply_overrides(cfg: T, overrides: Iterable[str] | dict[str, Any]) -> T:
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory")
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError as e:
         raise ConfigError(f"config file {path} does not exist") from e
+    except UnicodeDecodeError as e:  # tomllib reads UTF-8 only
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start})") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path}: {e}") from e
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from e
 
 
 def load(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:

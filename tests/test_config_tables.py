@@ -43,3 +43,18 @@ def test_partial_overrides_of_the_train_config_keep_its_section_defaults():
 def test_messages_carry_the_dotted_key(override, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("(", r"\(")):
         load(Outer, None, [override])
+
+
+@pytest.mark.parametrize("content,needle", [
+    (None, "is a directory"),
+    (b"seed = 1\nname = '\xff\xfe'\n", "not UTF-8"),
+    (b"seed = [\n", "config file"),
+])
+def test_a_config_file_that_cannot_be_read_is_a_config_error(tmp_path, content, needle):
+    path = tmp_path / "cfg.toml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=needle):
+        load(Outer, path)
