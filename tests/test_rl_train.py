@@ -184,6 +184,8 @@ def test_full_finetuning_kl_reference_is_the_rl_starting_policy(dense, tmp_path)
         ("allospatial", ["rl.loss.kind=gspo", "rl.max_tool_turns=2", "rl.max_tool_tokens=64"]),
         ("spatialcore", ["rl.loss.kind=gspo_token", "rl.updates_per_batch=2", "rl.micro_batch=2",
                          "policy.lora.rank=4", "rl.loss.kl_coef=0.01", "policy.remat=true"]),
+        # the recipes' layout: scanned layers with a named remat policy, through SFT, RL, checkpoints and eval
+        ("spatialthinker", ["policy.scan_layers=true", "policy.remat_policy=dots_no_batch", "policy.lora.rank=4"]),
     ],
 )
 def test_each_method_runs_tiny_steps(method, extra, dense, tmp_path):
@@ -205,7 +207,7 @@ def test_each_method_runs_tiny_steps(method, extra, dense, tmp_path):
         assert all(r["reward/has_blank"] == 1.0 for r in rows)
     assert "reward/dense" in rows[0] and len([k for k in rows[0] if k.startswith("reward/")]) > 2  # and its own
     assert Checkpointer(run / "rl").latest_step() == 2
-    lora = ["policy.lora.rank=4"] if "policy.lora.rank=4" in extra else []
+    lora = [x for x in extra if x.startswith(("policy.lora.", "policy.scan_layers"))]  # the weights' layout
     job = Workspace(tiny(run, f"method={method}", "rl.steps=2", *lora))
     initial = _params(Workspace(tiny(tmp_path / "fresh", f"method={method}", "rl.steps=2", *lora)))
     assert job.load_latest() == "rl" and _max_diff(_params(job), initial) > 1e-6  # the RL steps moved the weights

@@ -284,3 +284,15 @@ def test_sequences_longer_than_the_policy_context_fail_before_anything_runs(dens
 
     with pytest.raises(C.ConfigError, match="32768"):  # the tiny policy's max_position_embeddings
         Trainer(C.load(TrainConfig, None, [f"run_dir={tmp_path}", *JOB, override]))
+
+
+def test_eval_names_the_weight_layout_a_run_was_trained_with(tmp_path, capsys):
+    """A checkpoint of scanned layers read into an unrolled policy: one line naming the setting, not orbax's
+    tree-structure mismatch."""
+    from spatial_jax.rl.train import train
+
+    run = tmp_path / "run"
+    base = [f"run_dir={run}", *JOB, "method=spatialcore", "sft.steps=2", "rl.steps=0", "eval.after_sft=false"]
+    train(C.load(TrainConfig, None, [*base, "policy.scan_layers=true"]))
+    assert main(["eval", *base, "eval.max_samples=2"]) == 2
+    assert "was trained with policy.scan_layers=True (here False)" in capsys.readouterr().err

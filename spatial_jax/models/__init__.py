@@ -12,7 +12,8 @@ from spatial_jax.models.text import KVCache
 from spatial_jax.models.vision import VisionInputs, prepare_vision_inputs
 
 __all__ = [
-    "KVCache", "LoRAConfig", "LoRAParam", "ModelConfig", "Qwen3VL", "TextConfig", "VisionConfig", "VisionInputs", "create_model",
+    "KVCache", "LoRAConfig", "LoRAParam", "ModelConfig", "Qwen3VL", "TextConfig", "VisionConfig", "VisionInputs",
+    "create_model",
     "decode_positions", "disable_adapters", "from_pretrained", "get_rope_index", "load_config", "merge_lora",
     "prepare_vision_inputs", "save_pretrained",
 ]

@@ -12,6 +12,11 @@ from typing import Any, Literal
 from spatial_jax.config import check_at_least, check_non_negative, check_positive, check_range, require
 
 DType = Literal["float32", "bfloat16", "float16"]
+# What a rematerialised layer keeps for the backward pass (spatial_jax.models.scan.REMAT_POLICIES): nothing ("full"),
+# every matmul output ("dots"), or the matmuls without batch dimensions, i.e. the projections but not attention
+# scores ("dots_no_batch"). "none" saves every activation (no recomputation).
+RematPolicy = Literal["none", "full", "dots", "dots_no_batch"]
+REMAT_POLICY_NAMES = ("none", "full", "dots", "dots_no_batch")
 
 LORA_TEXT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_VISION_TARGETS = ("qkv", "proj", "linear_fc1", "linear_fc2")
@@ -131,13 +136,20 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     dtype: DType = "float32"
     param_dtype: DType = "float32"
-    # Memory knobs for long sequences (no effect on results): recompute each decoder layer in the backward pass,
-    # and process queries in blocks of this many tokens (0 = all at once) so attention scores stay [B, H, block, S].
+    # Memory knobs for long sequences (no effect on results): recompute each decoder layer in the backward pass
+    # (`remat=True` is `remat_policy="full"`; any other remat_policy than "none" wins over it), and process queries
+    # in blocks of this many tokens (0 = all at once) so attention scores stay [B, H, block, S].
     remat: bool = False
+    remat_policy: RematPolicy = "none"
     attention_chunk: int = 1024
+    # Compile-time knob (no effect on results): decoder layers and vision blocks keep their parameters stacked on a
+    # leading "layers" axis and run under lax.scan, so compile time barely grows with depth.
+    scan_layers: bool = False
 
     def __post_init__(self):
         check_non_negative(self, "attention_chunk")
+        require("remat_policy", self.remat_policy, self.remat_policy in REMAT_POLICY_NAMES,
+                f"be one of {REMAT_POLICY_NAMES}")
         require("vision.out_hidden_size", self.vision.out_hidden_size,
                 self.vision.out_hidden_size == self.text.hidden_size,
                 f"equal text.hidden_size={self.text.hidden_size}")
@@ -151,6 +163,11 @@ class ModelConfig:
 
     def replace(self, **kwargs: Any) -> ModelConfig:
         return dataclasses.replace(self, **kwargs)
+
+    @property
+    def decoder_remat(self) -> RematPolicy:
+        """The remat policy the decoder layers run under (`remat=True` alone means "full")."""
+        return "full" if self.remat and self.remat_policy == "none" else self.remat_policy
 
     @classmethod
     def tiny(

@@ -21,7 +21,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from spatial_jax.models.config import DType, LoRAConfig, ModelConfig
+from spatial_jax.models.config import DType, LoRAConfig, ModelConfig, RematPolicy
 from spatial_jax.models.lora import merge_lora, reset_adapters
 from spatial_jax.models.qwen3_vl import Qwen3VL
 from spatial_jax.models.sharding import logical_to_spec, shard_model, variable_names
@@ -150,6 +150,20 @@ def _to_hf(path: tuple, w: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return w
 
 
+def _layer_paths(path: tuple, cfg: ModelConfig) -> list[tuple] | None:
+    """The per-layer (HF) paths of a stacked variable of a scanned model (ModelConfig.scan_layers), in layer order;
+    None for a variable that is not stacked."""
+    if not cfg.scan_layers:
+        return None
+    if path[0] == "layers":
+        k, n = 1, cfg.text.num_hidden_layers
+    elif path[:2] == ("visual", "blocks"):
+        k, n = 2, cfg.vision.depth
+    else:
+        return None
+    return [path[:k] + (i,) + path[k:] for i in range(n)]
+
+
 # ---------------------------------------------------------------- load / save
 
 
@@ -170,30 +184,39 @@ def from_pretrained(
     seed: int = 0,
     remat: bool = False,
     attention_chunk: int = 1024,
+    remat_policy: RematPolicy = "none",
+    scan_layers: bool = False,
 ) -> Qwen3VL:
     """Builds `Qwen3VL` from a HF checkpoint directory; adapters (if any) are fresh (B = 0).
 
     Base weights are read tensor by tensor and placed directly with their sharding when `mesh` is given; the model
-    is built abstractly (nnx.eval_shape), so no random base initialisation is ever materialised.
+    is built abstractly (nnx.eval_shape), so no random base initialisation is ever materialised. With
+    `scan_layers` the per-layer tensors are stacked into the [L, ...] arrays of the scanned layers.
     """
     path = Path(path)
     cfg = load_config(path, lora=lora, dtype=dtype, param_dtype=param_dtype).replace(
-        remat=remat, attention_chunk=attention_chunk)
+        remat=remat, attention_chunk=attention_chunk, remat_policy=remat_policy, scan_layers=scan_layers)
     reader = _CheckpointReader(path)
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed))))
 
     pdt = jnp.dtype(cfg.param_dtype)
     used = set()
-    leaves = []
-    for var_path, var in nnx.to_flat_state(abstract):
+
+    def read(var_path: tuple, shape: tuple) -> np.ndarray:
         name = hf_name(var_path)
-        if name is None:  # adapters and their RNG streams: filled by reset_adapters below
-            leaves.append((var_path, var))
-            continue
         if name not in reader:
             raise KeyError(f"checkpoint {path} lacks {name} (for {'.'.join(map(str, var_path))})")
         used.add(name)
-        arr = _to_ours(var_path, reader.get(name), tuple(var.get_value().shape)).astype(pdt)
+        return _to_ours(var_path, reader.get(name), shape).astype(pdt)
+
+    leaves = []
+    for var_path, var in nnx.to_flat_state(abstract):
+        if hf_name(var_path) is None:  # adapters and their RNG streams: filled by reset_adapters below
+            leaves.append((var_path, var))
+            continue
+        shape = tuple(var.get_value().shape)
+        per_layer = _layer_paths(var_path, cfg)
+        arr = read(var_path, shape) if per_layer is None else np.stack([read(p, shape[1:]) for p in per_layer])
         if mesh is not None:
             names = variable_names(var)
             spec = logical_to_spec(names, arr.shape, mesh) if names else jax.sharding.PartitionSpec()
@@ -226,7 +249,8 @@ def save_pretrained(model: Qwen3VL, path: str | os.PathLike, *, dtype: DType | N
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg: ModelConfig = model.cfg
-    out_dtype = np.dtype(ml_dtypes.bfloat16) if (dtype or cfg.param_dtype) == "bfloat16" else np.dtype(dtype or cfg.param_dtype)
+    saved = dtype or cfg.param_dtype
+    out_dtype = np.dtype(ml_dtypes.bfloat16) if saved == "bfloat16" else np.dtype(saved)
     merged = merge_lora(model)
     tensors: dict[str, np.ndarray] = {}
     for var_path, var in nnx.to_flat_state(nnx.state(merged, nnx.Param)):
@@ -234,7 +258,9 @@ def save_pretrained(model: Qwen3VL, path: str | os.PathLike, *, dtype: DType | N
         if name is None:
             continue
         w = np.asarray(jax.device_get(var.get_value()))
-        tensors[name] = _to_hf(var_path, w, cfg).astype(out_dtype)
+        per_layer = _layer_paths(var_path, cfg)
+        for p, wp in [(var_path, w)] if per_layer is None else zip(per_layer, w):
+            tensors[hf_name(p)] = _to_hf(p, wp, cfg).astype(out_dtype)
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
     for name, arr in tensors.items():

@@ -24,7 +24,7 @@ def random_normal(key: jax.Array, shape: tuple[int, ...], std: float, dtype) -> 
     rng = _host_rng(key)
     if rng is None:
         return (jax.random.normal(key, shape, jnp.float32) * std).astype(dtype)
-    return jnp.asarray((rng.standard_normal(shape, dtype=np.float32) * np.float32(std))).astype(dtype)
+    return jnp.asarray(rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(dtype)
 
 
 def random_uniform(key: jax.Array, shape: tuple[int, ...], bound: float, dtype) -> jax.Array:

@@ -88,7 +88,8 @@ class LoRALinear(nnx.Module):
         w = self.kernel[...]
         if self.rank == 0:
             return w
-        delta = jnp.dot(self.lora_a[...].astype(jnp.float32), self.lora_b[...].astype(jnp.float32))
+        # matmul, not dot: stacked layers (ModelConfig.scan_layers) hold [L, in, r] and [L, r, out]
+        delta = jnp.matmul(self.lora_a[...].astype(jnp.float32), self.lora_b[...].astype(jnp.float32))
         return (w.astype(jnp.float32) + self.scaling * delta).astype(w.dtype)
 
 
@@ -131,10 +132,10 @@ def reset_adapters(model: nnx.Module, seed: int = 0) -> nnx.Module:
     for layer in lora_layers(model):
         if layer.rank == 0:
             continue
-        dtype = layer.lora_a.get_value().dtype
-        layer.lora_a.set_value(random_uniform(rngs.params(), (layer.in_features, layer.rank),
-                                              layer.in_features**-0.5, dtype))
-        layer.lora_b.set_value(jnp.zeros((layer.rank, layer.out_features), dtype))
+        # shapes from the variables: stacked layers carry a leading layer axis
+        a, b = layer.lora_a.get_value(), layer.lora_b.get_value()
+        layer.lora_a.set_value(random_uniform(rngs.params(), a.shape, layer.in_features**-0.5, a.dtype))
+        layer.lora_b.set_value(jnp.zeros(b.shape, b.dtype))
         layer.lora_dropout.rngs = rngs.dropout.fork()
     return model
 

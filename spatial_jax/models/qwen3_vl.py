@@ -38,8 +38,14 @@ Model
     model.lm_head_weight() -> W [D,V] (the embedding transposed when tied), for the fused log-prob kernel on
         `model(..., return_hidden=True)`.
 
-Memory knobs (ModelConfig; results unchanged): `remat=True` recomputes each decoder layer in the backward pass;
+Memory knobs (ModelConfig; results unchanged): `remat=True` (= `remat_policy="full"`) recomputes each decoder layer
+    in the backward pass, `remat_policy="dots"` / `"dots_no_batch"` keeps the matmul outputs (spatial_jax.models.scan);
     `attention_chunk` (default 1024, 0 = off) runs queries in blocks so no [B, H, T, S] score tensor is live.
+    `scan_layers=True` stacks the decoder layers' (and vision blocks') parameters on a leading "layers" axis
+    (`model.layers` is then one DecoderLayer holding [L, ...] arrays) and runs them under lax.scan: compile time
+    nearly independent of depth, same results. With a KV cache the stacked layers run in a Python loop instead
+    (the cache stays per-layer tuples, written in place as before); Hugging Face checkpoints map to and from the
+    stacks.
 
 LoRA (spatial_jax.models.lora): every decoder q/k/v/o/gate/up/down projection (and the vision blocks' qkv, proj,
     linear_fc1/2 when vision_rank > 0) is a `LoRALinear`; adapter factors are `LoRAParam` variables (B starts at 0).
@@ -66,6 +72,7 @@ from flax import nnx
 from spatial_jax.models import rope
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import Embed, RMSNorm, param, random_normal
+from spatial_jax.models.scan import REMAT_POLICIES, run_stack, stack_modules
 from spatial_jax.models.sharding import constrain, shard_model
 from spatial_jax.models.text import DecoderLayer, KVCache, attention_mask_for
 from spatial_jax.models.vision import VisionInputs, VisionTower, prepare_vision_inputs
@@ -79,9 +86,6 @@ def _run_layer(layer, *args):
     return layer(*args)
 
 
-_remat_layer = nnx.remat(_run_layer)
-
-
 class Qwen3VL(nnx.Module):
     """The whole vision-language model; attribute names follow HF's module tree."""
 
@@ -92,7 +96,9 @@ class Qwen3VL(nnx.Module):
         self.visual = VisionTower(cfg, rngs=rngs)
         self.embed_tokens = Embed(t.vocab_size, t.hidden_size, axes=("vocab", "embed"), dtype=cfg.dtype,
                                   param_dtype=cfg.param_dtype, rngs=rngs)
-        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(t.num_hidden_layers)])
+        layers = [DecoderLayer(cfg, rngs=rngs) for _ in range(t.num_hidden_layers)]
+        # stacked from the same per-layer draws, so a scanned model equals the unrolled one of the same seed
+        self.layers = stack_modules(layers) if cfg.scan_layers else nnx.List(layers)
         self.norm = RMSNorm(t.hidden_size, eps=t.rms_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
         if cfg.tie_word_embeddings:
             self.lm_head = None
@@ -188,24 +194,61 @@ class Qwen3VL(nnx.Module):
         cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
         mask, key_mask = attention_mask_for(attention_mask, cache, cache_index)
 
+        # DeepStack: the first len(deepstack) layers get the multi-level visual features added to their output
+        def injected(i):
+            return jnp.where(img_mask[..., None], jnp.take(deepstack[i], idx, axis=0).astype(x.dtype), 0)
+
         # Recomputation only pays in a backward pass; with a KV cache (sampling) the plain layer also runs inside
         # the sampler's while_loop, where the lifted remat cannot reach the loop's state.
-        run_layer = _remat_layer if cfg.remat and cache is None else _run_layer
-        new_keys, new_values = [], []
-        for i, layer in enumerate(self.layers):
-            kv = None if cache is None else (cache.keys[i], cache.values[i])
-            x, new_kv = run_layer(layer, x, cos, sin, mask, kv, cache_index)
-            if new_kv is not None:
-                new_keys.append(new_kv[0])
-                new_values.append(new_kv[1])
-            if i < len(deepstack):  # DeepStack: early layers get the multi-level visual features added
-                x = x + jnp.where(img_mask[..., None], jnp.take(deepstack[i], idx, axis=0).astype(x.dtype), 0)
+        remat = "none" if cache is not None else cfg.decoder_remat
+        if cfg.scan_layers:
+            injections = [injected(i) for i in range(len(deepstack))]
+            x, new_keys, new_values = self._run_stacked(x, cos, sin, mask, injections, cache, cache_index, remat)
+        else:
+            run_layer = _run_layer if remat == "none" else nnx.remat(_run_layer, policy=REMAT_POLICIES[remat])
+            new_keys, new_values = [], []
+            for i, layer in enumerate(self.layers):
+                kv = None if cache is None else (cache.keys[i], cache.values[i])
+                x, new_kv = run_layer(layer, x, cos, sin, mask, kv, cache_index)
+                if new_kv is not None:
+                    new_keys.append(new_kv[0])
+                    new_values.append(new_kv[1])
+                if i < len(deepstack):
+                    x = x + injected(i)
         x = self.norm(x)
         new_cache = None if cache is None else KVCache(keys=tuple(new_keys), values=tuple(new_values), mask=key_mask)
         if return_hidden:
             return x, new_cache
         logits = jnp.dot(x, self.lm_head_weight().astype(x.dtype), preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "seq", "act_vocab")), new_cache
+
+    def _run_stacked(self, x, cos, sin, mask, injected, cache, cache_index, remat):
+        """The stacked decoder layers: one scan over the DeepStack layers (their features as per-layer inputs) and
+        one over the rest, so no [L, B, T, D] array of zeros is built for the layers without features. With a KV
+        cache the layers run in a Python loop over parameter slices: each layer's cache array is then updated in
+        place by its own dynamic_update_slice, where a scan's outputs would be fresh buffers, a copy of the whole
+        [L, B, S, ...] cache per decode step (and the sampler compiles once per shape, not once per update)."""
+        if cache is not None:
+            def decode_layer(layer, x, inputs):
+                kv, extra = inputs
+                x, new_kv = layer(x, cos, sin, mask, kv, cache_index)
+                return (x if extra is None else x + extra), new_kv
+
+            extras = list(injected) + [None] * (len(cache.keys) - len(injected))
+            x, kvs = run_stack(self.layers, decode_layer, x, list(zip(zip(cache.keys, cache.values), extras)),
+                               scan=False)
+            return x, [k for k, _ in kvs], [v for _, v in kvs]
+
+        def layer_fn(layer, x, extra):
+            x, _ = layer(x, cos, sin, mask)
+            return (x if extra is None else x + extra), None
+
+        n = len(injected)
+        if n:
+            x, _ = run_stack(self.layers, layer_fn, x, jnp.stack(injected), stop=n, remat=remat)
+        if n < self.cfg.text.num_hidden_layers:
+            x, _ = run_stack(self.layers, layer_fn, x, start=n, remat=remat)
+        return x, [], []
 
 
 def create_model(cfg: ModelConfig, *, seed: int = 0, mesh: jax.sharding.Mesh | None = None) -> Qwen3VL:

@@ -80,7 +80,10 @@ def get_rope_index(
         raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
     B, T = input_ids.shape
     mask = np.ones((B, T), bool) if attention_mask is None else np.asarray(attention_mask).astype(bool)
-    grids = np.zeros((0, 3), np.int64) if image_grid_thw is None else np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
+    if image_grid_thw is None:
+        grids = np.zeros((0, 3), np.int64)
+    else:
+        grids = np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
     positions = np.zeros((3, B, T), np.int64)
     deltas = np.zeros((B,), np.int64)
     next_image = 0

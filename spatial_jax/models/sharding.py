@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -38,6 +39,7 @@ RULES: dict[str, str | tuple[str, ...] | None] = {
     "head_dim": None,
     "norm": None,
     "lora_rank": None,
+    "layers": None,  # the stacked-layer axis of ModelConfig.scan_layers: every device holds all layers' shards
     "vision_embed": "fsdp",
     "vision_mlp": "tensor",
     "vision_heads": "tensor",

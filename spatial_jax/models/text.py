@@ -32,7 +32,7 @@ class KVCache:
         return self.mask.shape[1]
 
     @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> "KVCache":
+    def zeros(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
         t = cfg.text
         dt = jnp.dtype(dtype or cfg.dtype)
         shape = (batch, max_len, t.num_key_value_heads, t.head_dim)
@@ -115,7 +115,9 @@ class DecoderLayer(nnx.Module):
         return constrain(x, ("batch", "seq", "act_embed")), new_kv
 
 
-def attention_mask_for(attention_mask: jax.Array, cache: KVCache | None, cache_index) -> tuple[jax.Array, jax.Array | None]:
+def attention_mask_for(
+    attention_mask: jax.Array, cache: KVCache | None, cache_index
+) -> tuple[jax.Array, jax.Array | None]:
     """Boolean [B, T, S] visibility (causal and key-padding) and the cache's updated key mask.
 
     Without a cache S = T; with one S = max_len and the T queries sit at slots cache_index .. cache_index+T-1.

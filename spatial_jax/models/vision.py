@@ -17,6 +17,7 @@ from spatial_jax.models.config import ModelConfig, VisionConfig
 from spatial_jax.models.layers import LayerNorm, attention, param, random_normal
 from spatial_jax.models.lora import LoRALinear
 from spatial_jax.models.rope import apply_rotary, vision_cos_sin
+from spatial_jax.models.scan import run_stack, stack_modules
 from spatial_jax.models.sharding import constrain
 
 
@@ -44,7 +45,8 @@ def _axis_taps(index: np.ndarray, size: np.ndarray, side: int) -> tuple[np.ndarr
     return taps, weights
 
 
-def prepare_vision_inputs(pixel_values, image_grid_thw, cfg: VisionConfig, *, pad_to: int | None = None) -> VisionInputs:
+def prepare_vision_inputs(pixel_values, image_grid_thw, cfg: VisionConfig, *,
+                          pad_to: int | None = None) -> VisionInputs:
     """Host-side metadata for the packed patches of `image_grid_thw` [n_img, 3] (t, h, w in patches).
 
     Patches of one image come in HF order: frame-major, then 2x2 merge blocks in raster order, raster inside a
@@ -180,7 +182,8 @@ class VisionTower(nnx.Module):
                                       use_bias=True, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.pos_embed = param(random_normal(rngs.params(), (v.num_position_embeddings, v.hidden_size), 0.02, pdt),
                                ("vision_pos", "vision_embed"))
-        self.blocks = nnx.List([VisionBlock(cfg, rngs=rngs) for _ in range(v.depth)])
+        blocks = [VisionBlock(cfg, rngs=rngs) for _ in range(v.depth)]
+        self.blocks = stack_modules(blocks) if cfg.scan_layers else nnx.List(blocks)
         self.merger = PatchMerger(cfg, postshuffle_norm=False, rngs=rngs)
         self.deepstack_merger_list = nnx.List(
             [PatchMerger(cfg, postshuffle_norm=True, rngs=rngs) for _ in v.deepstack_visual_indexes]
@@ -196,9 +199,20 @@ class VisionTower(nnx.Module):
         cos, sin = vision_cos_sin(inputs.rot_pos, v.hidden_size // v.num_heads, v.rope_theta)
         seg = inputs.segment_ids
         mask = seg[:, None] == seg[None, :]  # block-diagonal: a patch sees only its own image
+        idx = v.deepstack_visual_indexes
         deepstack = []
-        for layer, block in enumerate(self.blocks):
-            x = block(x, cos, sin, mask)
-            if layer in v.deepstack_visual_indexes:
-                deepstack.append(self.deepstack_merger_list[v.deepstack_visual_indexes.index(layer)](x))
+        if self.cfg.scan_layers:
+            # one scan per run of blocks ending at a tap, so every tapped output is a scan result
+            start = 0
+            for stop in sorted(set(idx) | {v.depth - 1}):
+                x, _ = run_stack(self.blocks, lambda b, x, _: (b(x, cos, sin, mask), None), x, start=start,
+                                 stop=stop + 1)
+                if stop in idx:
+                    deepstack.append(self.deepstack_merger_list[idx.index(stop)](x))
+                start = stop + 1
+        else:
+            for layer, block in enumerate(self.blocks):
+                x = block(x, cos, sin, mask)
+                if layer in idx:
+                    deepstack.append(self.deepstack_merger_list[idx.index(layer)](x))
         return self.merger(x), tuple(deepstack)

@@ -33,8 +33,11 @@ class PolicyConfig:
     """checkpoint: a Hugging Face Qwen3-VL directory (config.json + safetensors); "" builds the tiny random policy.
 
     train_vision: whether the vision tower's weights (or its adapters) train; lora.rank 0 trains full weights.
-    remat: recompute each decoder layer in the backward pass (long sequences); attention_chunk: queries per
-      attention block, which bounds the score matrix held in memory.
+    remat: recompute each decoder layer in the backward pass (long sequences); remat_policy names what the backward
+      keeps instead ("none", "full", "dots", "dots_no_batch": jax.checkpoint_policies, models/scan.py) and wins over
+      remat; scan_layers runs decoder layers and vision blocks under one scan over stacked weights (compile time flat
+      in depth; its training state is laid out differently, so a run cannot switch it on resume).
+    attention_chunk: queries per attention block, which bounds the score matrix held in memory.
     min_pixels / max_pixels: the image processor's pixel budget (0 = Qwen3-VL's defaults; the tiny default keeps the
       synthetic 96 px scenes at 84 px, 9 image tokens).
     """
@@ -46,6 +49,8 @@ class PolicyConfig:
     train_vision: bool = False
     init_seed: int = 0
     remat: bool = False
+    remat_policy: Literal["none", "full", "dots", "dots_no_batch"] = "none"
+    scan_layers: bool = False
     attention_chunk: int = 1024
     min_pixels: int = 3136
     max_pixels: int = 12544

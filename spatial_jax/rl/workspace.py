@@ -36,7 +36,12 @@ STAGES = ("sft", "rl")
 # and how the same computation is laid out on the machine (mesh, remat, attention chunks, reader threads: equal up
 # to float rounding, which lets a run move to another machine).
 RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "eval", "data.eval", "data.read_threads", "mesh",
-                     "policy.remat", "policy.attention_chunk", "sft.checkpoint_every", "rl.checkpoint_every")
+                     "policy.remat", "policy.remat_policy", "policy.attention_chunk", "sft.checkpoint_every",
+                     "rl.checkpoint_every")
+
+
+# PolicyConfig fields that decide which arrays the trainable state holds
+WEIGHT_LAYOUT = ("lora", "train_vision", "scan_layers", "param_dtype")
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -197,6 +202,15 @@ class Workspace:
         n_micro = (rc.prompts_per_step * rc.group_size) // (rc.micro_batch or rc.prompts_per_step * rc.group_size)
         return dataclasses.replace(rc.optim, total_steps=rc.steps * rc.updates_per_batch, grad_accum_steps=n_micro)
 
+    def _check_weight_layout(self, trained: TrainConfig, where: Path) -> None:
+        """The settings that shape the trainable weights must be the run's, or its checkpoint cannot be read into
+        this policy; say which instead of orbax's tree-structure mismatch."""
+        ours, theirs = self.cfg.policy, trained.policy
+        differ = [f"policy.{k}={getattr(theirs, k)!r} (here {getattr(ours, k)!r})"
+                  for k in WEIGHT_LAYOUT if getattr(ours, k) != getattr(theirs, k)]
+        if differ:
+            raise ConfigError(f"{where} was trained with {', '.join(differ)}: pass the same settings")
+
     def load_latest(self) -> str | None:
         """Takes the trainable weights of the newest checkpoint that reads back (RL over SFT); returns its stage or
         None.
@@ -213,6 +227,7 @@ class Workspace:
                 _, meta, _ = ck.read_newest_meta()
                 saved = meta.get("config")
                 trained = from_dict(TrainConfig, saved) if saved is not None else self.cfg
+                self._check_weight_layout(trained, ck.directory)
                 self.start_reference(stage, trained)
                 self.restore(ck, make_optimizer(self.optim_config(stage, trained)).init(self.trainable), None)
             return stage
