@@ -9,9 +9,10 @@ Exit status: 0 once written, 1 for an unreadable input or an unwritable output, 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+
+from spatial_jax.cli.outputs import print_report, refuse_overwriting_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,17 +35,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax corrupt: {e}", file=sys.stderr)
         return 2
-    if os.path.exists(args.output) and os.path.samefile(args.output, args.input):
-        print(f"spatial-jax corrupt: --output {args.output} would overwrite its input", file=sys.stderr)
-        return 2
+    refuse_overwriting_input(args.output, args.input)
     samples, report = corrupt(read_jsonl(args.input, check_images=False), cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     write_jsonl([relocate(s, out_dir) for s in samples], args.output)
-    text = json.dumps(report, indent=1)
-    if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        print(f"corrupted {report['corrupted']} of {report['boxes']} boxes -> {args.output} (report: {args.report})")
-    else:
-        print(text)
+    print_report(report, args.report, f"corrupted {report['corrupted']} of {report['boxes']} boxes -> {args.output}")
     return 0

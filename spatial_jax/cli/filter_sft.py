@@ -11,10 +11,9 @@ Exit status: 0 once written, 1 for an unreadable input or an unwritable output, 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 
+from spatial_jax.cli.outputs import print_report, refuse_overwriting_input
 from spatial_jax.data.prompts import THINK_BOXES
 
 
@@ -54,18 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from spatial_jax.data.sft_filters import SFTFilterConfig, filter_samples
 
     cfg = apply_overrides(SFTFilterConfig(reference_key=args.method_key), args.overrides)
-    if os.path.exists(args.output) and os.path.samefile(args.output, args.input):
-        print(f"spatial-jax filter-sft: --output {args.output} would overwrite its input", file=sys.stderr)
-        return 2
+    refuse_overwriting_input(args.output, args.input)
     judge = accuracy_judge(cfg.reference_key)
     kept, report = filter_samples(read_jsonl(args.input, check_images=False), judge, cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     write_jsonl([relocate(s, out_dir) for s in kept], args.output)
-    text = json.dumps(report, indent=1)
-    if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        print(f"kept {report['kept']} of {report['samples']} samples -> {args.output} (report: {args.report})")
-    else:
-        print(text)
+    print_report(report, args.report, f"kept {report['kept']} of {report['samples']} samples -> {args.output}")
     return 0

@@ -14,6 +14,8 @@ import argparse
 import os
 import sys
 
+from spatial_jax.cli.outputs import refuse_overwriting_input
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="dataset JSONL (the project's sample format)")
@@ -47,9 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
-    if os.path.exists(args.output) and os.path.samefile(args.output, args.input):
-        print(f"spatial-jax pseudo-gt: --output {args.output} would overwrite its input", file=sys.stderr)
-        return 2
+    refuse_overwriting_input(args.output, args.input)
     samples = read_jsonl(args.input)
     done = completed_ids(args.output, {s.id for s in samples})
     extractor = extract_phrases

@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+from spatial_jax.cli.outputs import refuse_overwriting_input
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", required=True, help="spatialcore, prosr, spatialthinker or allospatial")
@@ -45,9 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown backend {args.backend!r}; known: {list(BACKENDS)}")
     cfg = method.config(reward_overrides(method.name, args.overrides))
     if args.output:
-        if _same_file(args.output, args.input):
-            print(f"spatial-jax score: --output {args.output} would overwrite its input", file=sys.stderr)
-            return 2
+        refuse_overwriting_input(args.output, args.input)
         problem = _unwritable(args.output)
         if problem:
             print(f"spatial-jax score: cannot write {args.output}: {problem}", file=sys.stderr)
@@ -70,12 +70,6 @@ def run(args: argparse.Namespace) -> int:
     print(summary)
     return 0
 
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return False
 
 
 def _unwritable(path: str) -> str | None:
