@@ -20,6 +20,7 @@ import numpy as np
 
 from spatial_jax.config import check_non_negative, check_range
 from spatial_jax.data.sample import Sample
+from spatial_jax.data.synthetic import iou
 from spatial_jax.records import GTBox
 
 NORM = 1000
@@ -42,15 +43,6 @@ class CorruptConfig:
         check_range(self, "fraction", 0, 1)
         check_non_negative(self, "seed")  # numpy seeds are non-negative
         check_range(self, "displace_iou", 0, 1, low_open=True, high_open=True)
-
-
-def iou(a: Sequence[float], b: Sequence[float]) -> float:
-    """IoU of continuous boxes (SPEC 7: no +1), 0 when they do not overlap or the union is empty."""
-    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = iw * ih
-    union = max(0.0, a[2] - a[0]) * max(0.0, a[3] - a[1]) + max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
 
 
 def displace(rng: np.random.Generator, box: Sequence[float], max_iou: float) -> tuple[int, int, int, int]:

@@ -118,11 +118,12 @@ class Question:
 
 
 def iou(a: Sequence[float], b: Sequence[float]) -> float:
-    """IoU of continuous boxes (no +1), 0 when they do not overlap."""
+    """IoU of continuous boxes (SPEC 7: no +1), 0 when they do not overlap or the union is empty; an inverted box has
+    no area."""
     iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
     ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     inter = iw * ih
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    union = max(0.0, a[2] - a[0]) * max(0.0, a[3] - a[1]) + max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1]) - inter
     return inter / union if union > 0 else 0.0
 
 
