@@ -44,7 +44,8 @@ setup(
         "pillow>=10",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff==0.17.6"],
+        # libtpu (jax[tpu]) lets the tests compile the Pallas kernels with the real XLA:TPU compiler on a CPU machine.
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff==0.17.6", "jax[tpu]==0.10.2"],
         "gpu": ["jax[cuda12]==0.10.2"],
         "tpu": ["jax[tpu]==0.10.2"],
     },
