@@ -1,4 +1,5 @@
-"""The dataset record: one image, one question, its gold answer and whatever the rewards need to score it."""
+"""The dataset record: one image, several images or a video, one question, its gold answer and whatever the rewards
+need to score it."""
 
 from __future__ import annotations
 
@@ -30,13 +31,68 @@ class DatasetError(ValueError):
     """A dataset row that cannot be used; the reader prefixes the message with `path:line`."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Video:
+    """A video, as a file (`path`, decoded with PyAV) or as its frames (`frames`: files or RGB uint8 arrays).
+
+    fps: the frame rate of the frames as listed (for a file, read from it when None); timestamps are index / fps.
+    frame_indices: the source index of each listed frame when the frames are already sampled (they are then used
+    as they are); None means the frames are the whole clip, sampled by the video processor (Qwen3-VL: 2 frames a
+    second, 4 to 768 frames).
+    """
+
+    path: str | None = None
+    frames: tuple[ImageRef, ...] = ()
+    fps: float | None = None
+    frame_indices: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.frames, tuple):
+            object.__setattr__(self, "frames", tuple(self.frames))
+        if (self.path is None) == (not self.frames):
+            raise DatasetError("a video needs either a 'path' or a non-empty 'frames' list, not both")
+        if self.fps is not None and (isinstance(self.fps, bool) or not isinstance(self.fps, (int, float))
+                                     or not math.isfinite(self.fps) or self.fps <= 0):
+            raise DatasetError(f"video 'fps' must be a positive number, got {brief(self.fps)}")
+        if self.frames and self.fps is None:
+            raise DatasetError("video 'frames' need the 'fps' they were taken at (the prompt states frame times)")
+        if self.frame_indices is not None:
+            idx = self.frame_indices
+            if self.path is not None:
+                raise DatasetError("video 'frame_indices' go with 'frames', not with a 'path'")
+            if len(idx) != len(self.frames):
+                raise DatasetError(f"video 'frame_indices' has {len(idx)} entries for {len(self.frames)} frames")
+            if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in idx):
+                raise DatasetError(f"video 'frame_indices' must be non-negative integers, got {brief(idx)}")
+            if any(b <= a for a, b in zip(idx, idx[1:])):
+                raise DatasetError(f"video 'frame_indices' must increase, got {brief(idx)}")
+
+    def to_json(self) -> dict[str, Any]:
+        if self.path is not None:
+            out: dict[str, Any] = {"path": self.path}
+        else:
+            if not all(isinstance(f, str) for f in self.frames):
+                raise DatasetError("a video of in-memory frames cannot be written as JSON")
+            out = {"frames": list(self.frames)}
+        if self.fps is not None:
+            out["fps"] = self.fps
+        if self.frame_indices is not None:
+            out["frame_indices"] = list(self.frame_indices)
+        return out
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sample:
-    """One question about one image.
+    """One question about one image, several images, or a video: exactly one of `image`, `images`, `video` is set.
 
     image: a path (absolute, or resolved against the JSONL file's folder by the reader) or an RGB uint8 array.
+    images: several such images, in the order the prompt shows them (multi-view questions); `image` is then None.
+    video: a `Video`; `image` is then None.
     answer: the gold option letter ("choice") or a number ("number", scored by MRA).
-    gt_boxes: pseudo-ground-truth boxes in the [0, 1000] normalised frame with validity v in [0, 1] (SpatialCORE).
+    image_size: (width, height) of the image, or of the first image or video frame; the SpatialThinker prompt
+    states it and pixel boxes refer to it.
+    gt_boxes: pseudo-ground-truth boxes in the [0, 1000] normalised frame with validity v in [0, 1] (SpatialCORE);
+    with several images or a video they refer to the first image (or the first sampled frame), as does `scene`.
     scene: the SpatialThinker reference scene graph, boxes in pixels of `image_size`.
     reference: output format (a PromptFormat's reference_key) -> reference completion, the SFT target.
     meta: free-form extras (the synthetic world stores its objects and the corruption applied to each box).
@@ -45,7 +101,7 @@ class Sample:
     """
 
     id: str
-    image: ImageRef
+    image: ImageRef | None
     question: str
     options: tuple[str, ...]
     answer: str | float
@@ -57,8 +113,16 @@ class Sample:
     reference: dict[str, str] = dataclasses.field(default_factory=dict)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
     origin: str = ""
+    images: tuple[ImageRef, ...] = dataclasses.field(default=(), kw_only=True)
+    video: Video | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self):
+        given = [name for name, v in (("image", self.image is not None), ("images", bool(self.images)),
+                                      ("video", self.video is not None)) if v]
+        if len(given) != 1:
+            raise DatasetError(f"a sample needs exactly one of 'image', 'images' or 'video', got {given or 'none'}")
+        if not isinstance(self.images, tuple):
+            object.__setattr__(self, "images", tuple(self.images))
         if self.answer_type not in ANSWER_TYPES:
             raise DatasetError(f"answer_type must be one of {ANSWER_TYPES}, got {brief(self.answer_type)}")
         if self.answer_type == "choice":
@@ -75,6 +139,11 @@ class Sample:
             if not math.isfinite(self.answer) or self.answer == 0:
                 raise DatasetError(
                     f"a numeric answer must be finite and non-zero (MRA divides by it), got {self.answer}")
+
+    @property
+    def image_refs(self) -> tuple[ImageRef, ...]:
+        """The sample's images in prompt order: (image,) or images; () for a video."""
+        return (self.image,) if self.image is not None else self.images
 
     @property
     def answer_letter(self) -> str | None:
@@ -117,42 +186,61 @@ class Sample:
     def load_image(self, max_pixels: int | None = None) -> np.ndarray:
         """The image as an RGB uint8 array (H, W, 3). A file over `max_pixels` pixels is refused from its header,
         before decoding; PIL itself refuses twice its Image.MAX_IMAGE_PIXELS. Whatever cannot be read or decoded is a
-        DatasetError naming the row and the image."""
-        if isinstance(self.image, np.ndarray):
-            return self.image
+        DatasetError naming the row and the image. Only for a single-image sample (see load_images)."""
+        if self.image is None:
+            raise self.error("this step takes one image per sample; the sample holds "
+                             + (f"{len(self.images)} images" if self.images else "a video"))
+        return self.load_ref(self.image, max_pixels)
+
+    def load_images(self, max_pixels: int | None = None) -> list[np.ndarray]:
+        """Every image of the sample in prompt order (load_image's checks on each); [] for a video."""
+        return [self.load_ref(ref, max_pixels) for ref in self.image_refs]
+
+    def load_ref(self, ref: ImageRef, max_pixels: int | None = None, what: str = "image") -> np.ndarray:
+        """One image (or video frame) file or array of this sample, errors naming the row and the file."""
+        if isinstance(ref, np.ndarray):
+            return ref
         from PIL import Image
 
         try:
-            with Image.open(self.image) as im:
+            with Image.open(ref) as im:
                 pixels = im.width * im.height
                 if max_pixels is None or pixels <= max_pixels:
                     return _rgb(im)
         except Image.DecompressionBombError as e:
-            raise self.error(f"image {self.image}: refused as a likely decompression bomb: {e}") from None
+            raise self.error(f"{what} {ref}: refused as a likely decompression bomb: {e}") from None
         except Image.UnidentifiedImageError:
-            raise self.error(f"image {self.image}: cannot identify the image format") from None
+            raise self.error(f"{what} {ref}: cannot identify the image format") from None
         # PIL reports damaged files as any of these (truncated data, broken chunks, bad headers).
         except (OSError, SyntaxError, ValueError, EOFError) as e:
-            what = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
-            raise self.error(f"image {self.image}: {what}") from None
-        raise self.error(f"image {self.image}: {im.width}x{im.height} = {pixels} pixels, over "
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+            raise self.error(f"{what} {ref}: {why}") from None
+        raise self.error(f"{what} {ref}: {im.width}x{im.height} = {pixels} pixels, over "
                          f"data.max_image_pixels = {max_pixels}")
 
     def to_json(self, image_path: str | None = None) -> dict[str, Any]:
-        """A JSON-ready dict; an in-memory image needs `image_path` (where the caller saved it)."""
-        if image_path is None:
-            if not isinstance(self.image, str):
-                raise DatasetError(f"sample {self.id}: an in-memory image needs an image_path to be written")
-            image_path = self.image
-        out: dict[str, Any] = {
-            "id": self.id,
-            "image": image_path,
+        """A JSON-ready dict; an in-memory single image needs `image_path` (where the caller saved it). Several
+        images or video frames are written as their paths (in-memory ones are refused)."""
+        out: dict[str, Any] = {"id": self.id}
+        if self.images:
+            if not all(isinstance(r, str) for r in self.images):
+                raise DatasetError(f"sample {self.id}: in-memory images cannot be written as JSON")
+            out["images"] = list(self.images)
+        elif self.video is not None:
+            out["video"] = self.video.to_json()
+        else:
+            if image_path is None:
+                if not isinstance(self.image, str):
+                    raise DatasetError(f"sample {self.id}: an in-memory image needs an image_path to be written")
+                image_path = self.image
+            out["image"] = image_path
+        out.update({
             "question": self.question,
             "options": list(self.options),
             "answer": self.answer,
             "answer_type": self.answer_type,
             "category": self.category,
-        }
+        })
         if self.image_size is not None:
             out["image_size"] = list(self.image_size)
         out["gt_boxes"] = [
@@ -171,22 +259,23 @@ class Sample:
         """Validates one parsed JSON row; raises DatasetError naming the bad field. `origin` is kept (see Sample)."""
         if not isinstance(obj, dict):
             raise DatasetError(f"expected a JSON object, got {type(obj).__name__}")
-        for key in ("id", "image", "question"):
+        for key in ("id", "question"):
             if key not in obj:
                 raise DatasetError(f"missing field '{key}'")
+        visual = [k for k in ("image", "images", "video") if k in obj]
+        if len(visual) != 1:
+            raise DatasetError("a row needs exactly one of the fields 'image', 'images' or 'video'"
+                               + (f", got {visual}" if visual else ""))
         sid = obj["id"]
         if isinstance(sid, bool) or not isinstance(sid, (str, int)):
             raise DatasetError(f"field 'id' must be a string or an integer, got {brief(sid)}")
-        image = _str_field(obj, "image")
-        path = Path(image)
-        if base_dir is not None and not path.is_absolute():
-            path = Path(base_dir) / path
-        try:
-            missing = check_image and not path.is_file()
-        except OSError as e:  # a name too long for the file system, say; is_file only hides "no such file"
-            raise DatasetError(f"field 'image': cannot use {brief(str(path))}: {e.strerror or e}") from None
-        if missing:
-            raise DatasetError(f"field 'image': file {brief(str(path))} does not exist")
+        image, images, video = None, (), None
+        if visual[0] == "image":
+            image = _file(_str_field(obj, "image"), "image", base_dir, check_image)
+        elif visual[0] == "images":
+            images = _files(obj["images"], "images", base_dir, check_image)
+        else:
+            video = _video(obj["video"], base_dir, check_image)
         question = _str_field(obj, "question")
         options = obj.get("options", [])
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
@@ -209,7 +298,7 @@ class Sample:
             raise DatasetError("field 'meta' must be an object")
         return Sample(
             id=str(sid),
-            image=str(path),
+            image=image,
             question=question,
             options=tuple(options),
             answer=answer,
@@ -221,7 +310,49 @@ class Sample:
             reference=reference,
             meta=meta,
             origin=origin,
+            images=images,
+            video=video,
         )
+
+
+def _file(name: str, field: str, base_dir: str | Path | None, check: bool) -> str:
+    """A file named by a row, resolved against the JSONL file's folder; must exist when `check`."""
+    path = Path(name)
+    if base_dir is not None and not path.is_absolute():
+        path = Path(base_dir) / path
+    try:
+        missing = check and not path.is_file()
+    except OSError as e:  # a name too long for the file system, say; is_file only hides "no such file"
+        raise DatasetError(f"field '{field}': cannot use {brief(str(path))}: {e.strerror or e}") from None
+    if missing:
+        raise DatasetError(f"field '{field}': file {brief(str(path))} does not exist")
+    return str(path)
+
+
+def _files(raw: Any, field: str, base_dir: str | Path | None, check: bool) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(x, str) for x in raw):
+        raise DatasetError(f"field '{field}' must be a non-empty list of file names, got {brief(raw)}")
+    return tuple(_file(x, f"{field}[{k}]", base_dir, check) for k, x in enumerate(raw))
+
+
+def _video(raw: Any, base_dir: str | Path | None, check: bool) -> Video:
+    """`{"path": file[, "fps": n]}` or `{"frames": [files], "fps": n[, "frame_indices": [ints]]}`."""
+    if not isinstance(raw, dict):
+        raise DatasetError(f"field 'video' must be an object, got {brief(raw)}")
+    unknown = sorted(set(raw) - {"path", "frames", "fps", "frame_indices"})
+    if unknown:
+        raise DatasetError(f"field 'video' has unknown keys {unknown} (path, frames, fps, frame_indices)")
+    path = None
+    if "path" in raw:
+        if not isinstance(raw["path"], str):
+            raise DatasetError(f"field 'video.path' must be a string, got {brief(raw['path'])}")
+        path = _file(raw["path"], "video.path", base_dir, check)
+    frames = _files(raw["frames"], "video.frames", base_dir, check) if "frames" in raw else ()
+    indices = raw.get("frame_indices")
+    if indices is not None and not isinstance(indices, list):
+        raise DatasetError(f"field 'video.frame_indices' must be a list of integers, got {brief(indices)}")
+    return Video(path=path, frames=frames, fps=raw.get("fps"),
+                 frame_indices=None if indices is None else tuple(indices))
 
 
 def _rgb(im) -> np.ndarray:
