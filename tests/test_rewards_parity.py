@@ -212,6 +212,32 @@ def test_spatialcore_score_parity(beta):
     _compare_records(spatialcore_main(ros, cfg), spatialcore_torch.score_batch(ros, cfg))
 
 
+def test_spatialcore_parity_without_validity_weighting():
+    cfg = SpatialCOREConfig(validity_weighting=False)
+    ros = synthetic.rollouts(300, seed=9)
+    main = spatialcore_main(ros, cfg)
+    _compare_records(main, spatialcore_torch.score_batch(ros, cfg))
+    weighted = spatialcore_main(ros, CFG)
+    assert sum(abs(a["r_spatial"] - b["r_spatial"]) > 1e-3 for a, b in zip(main, weighted)) > 10  # the switch acts
+
+
+def test_box_details_parity():
+    """Per-box H, match and IoU (the §4.3 analyses' inputs) agree with the torch reference box by box."""
+    from spatial_jax.rewards.spatialcore import box_details
+
+    ros = synthetic.rollouts(300, seed=10)
+    main, ref = box_details(ros, CFG), spatialcore_torch.box_details(ros, CFG)
+    assert [len(b) for b in main] == [len(b) for b in ref]
+    flat = [(a, b) for ma, rb in zip(main, ref) for a, b in zip(ma, rb)]
+    assert sum(a["matched"] for a, _ in flat) > 20 and sum(a["H"] is not None for a, _ in flat) > 20
+    for a, b in flat:
+        assert a["matched"] == b["matched"]
+        for k in ("H", "iou"):
+            assert (a[k] is None) == (b[k] is None), k
+            if a[k] is not None:
+                assert a[k] == pytest.approx(b[k], abs=TOL), k
+
+
 def test_prosr_score_parity():
     cfg = ProSRConfig()
     ros = synthetic.rollouts(N, seed=8, with_blank=True)

@@ -230,3 +230,33 @@ def test_format_floor_bounds_the_reward():
     three = "\n".join([box_line([0, 0, 100, 100], "car")] * 3)  # 0.2 - 0.1 - 0.2 = -0.1: above the floor
     assert score(make(three + "\n</think>\nA", question="q"))["format"] == pytest.approx(-0.1)
     assert SpatialCOREConfig(format_floor=-1.0).format_floor == -1.0
+
+
+def test_validity_weighting_off_scores_every_reference_as_v_one():
+    """Table 3's ablation: the same completion scores as if each pseudo-GT validity were 1 (eqs. 3, 8 and A.3)."""
+    text = box_line([0, 0, 100, 100], "black sedan ahead") + "\nReasoning.\n</think>\nB"
+    off = SpatialCOREConfig(validity_weighting=False)
+    low = score(make(text, gt=[([0, 0, 100, 50], "black sedan", 0.4)]), off)
+    one = score(make(text, gt=[([0, 0, 100, 50], "black sedan", 1.0)]), CFG)
+    on = score(make(text, gt=[([0, 0, 100, 50], "black sedan", 0.4)]), CFG)
+    for k in ("precision", "recall", "r_spatial", "reward"):
+        assert low[k] == pytest.approx(one[k], abs=1e-12), k
+    assert on["precision"] == pytest.approx(0.4 * one["precision"], abs=1e-12)
+    missing = make("Nothing.\n</think>\nB", gt=[([0, 0, 9, 9], "car", 0.5)])
+    assert score(missing, off)["r_spatial"] == pytest.approx(-0.3) and score(missing)["r_spatial"] == -0.15
+    assert apply_overrides(CFG, ["validity_weighting=false"]).validity_weighting is False
+
+
+def test_box_details_name_each_valid_box_h_match_and_iou():
+    from spatial_jax.rewards.spatialcore import box_details
+
+    boxes = [box_line([0, 0, 100, 100], "car"), box_line([500, 500, 600, 600], "tree"),
+             '{"bbox_2d": [50, 50, 10, 10], "label": "car"}']  # the last is invalid: no record
+    ro = make("\n".join(boxes) + "\n</think>\nB", gt=[([0, 0, 100, 50], "car", 1.0)], digit_h=LN10 / 2)
+    (got,) = box_details([ro])
+    assert [b["matched"] for b in got] == [True, False]
+    assert got[0]["iou"] == pytest.approx(0.5) and got[1]["iou"] is None
+    assert [b["H"] for b in got] == pytest.approx([0.5, 0.5])
+    assert score(ro)["mean_matched_iou"] == pytest.approx(got[0]["iou"])
+    (open_,) = box_details([make(boxes[0] + "\nno close", gt=[([0, 0, 100, 50], "car", 1.0)])])
+    assert open_ == [{"H": 0.0, "matched": False, "iou": None}]  # an unclosed completion matches nothing

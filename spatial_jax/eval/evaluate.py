@@ -1,7 +1,9 @@
 """Policy evaluation: greedy rollouts on a dataset, scored by the method's reward, summarised with standard errors.
 
 Accuracy is reported overall and per category (sample-weighted: each question counts once), with the grounding
-figures the method has (mean matched IoU and mean box uncertainty H for SpatialCORE).
+figures the method has (mean matched IoU and mean box uncertainty H for SpatialCORE). A method with box uncertainty
+also gets the §4.3 analyses over its predicted boxes (matched IoU by H quartile, Spearman rho(H, IoU)); one with
+blank-image pairs gets ProSR's process diagnostics (A_blank, SAR, NTS, LRR).
 """
 
 from __future__ import annotations
@@ -10,8 +12,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from spatial_jax.data.image_processing import ImageProcessingConfig
-from spatial_jax.eval.grounding import accuracy_by_category, estimate
+from spatial_jax.eval.grounding import (
+    accuracy_by_category,
+    estimate,
+    iou_by_uncertainty_quartile,
+    uncertainty_iou_spearman,
+)
+from spatial_jax.eval.prosr_diagnostics import diagnose
 from spatial_jax.methods import Method
+from spatial_jax.rewards.prosr import ProSRConfig
 from spatial_jax.rollout.collect import ToolSettings, collect
 from spatial_jax.rollout.config import SamplingConfig
 
@@ -38,6 +47,30 @@ def summarise(method: Method, scores: list[dict[str, float]], categories: list[s
     return out
 
 
+def box_analyses(boxes: list[list[dict]]) -> dict[str, Any]:
+    """§4.3 over every predicted box that has an uncertainty H and matched a reference: mean matched IoU in each H
+    quartile (lowest H first) and Spearman rho between H and IoU; plus how many boxes there were."""
+    flat = [b for per_rollout in boxes for b in per_rollout]
+    scored = [b for b in flat if b["matched"] and b["H"] is not None]
+    h = [b["H"] for b in scored]
+    iou = [b["iou"] for b in scored]
+    rho = uncertainty_iou_spearman(h, iou)
+    return {
+        "n_boxes": len(flat),
+        "n_with_H": sum(b["H"] is not None for b in flat),
+        "n_matched": sum(b["matched"] for b in flat),
+        "iou_by_H_quartile": [e.as_dict() for e in iou_by_uncertainty_quartile(h, iou)],
+        "rho_H_iou": None if rho != rho else rho,  # NaN (too few or constant) -> None: JSON has no NaN
+    }
+
+
+def process_diagnostics(rollouts: list, reward_cfg) -> tuple[dict[str, Any], dict[str, str]]:
+    """ProSR's A_blank, SAR, NTS and LRR over image/blank pairs, and each rollout's failure group."""
+    cfg = reward_cfg if isinstance(reward_cfg, ProSRConfig) else ProSRConfig()
+    d = diagnose(rollouts, cfg)
+    return {k: v for k, v in d.items() if k != "group_of"}, d["group_of"]
+
+
 def evaluate(
     model,
     tokenizer,
@@ -56,18 +89,30 @@ def evaluate(
     rollout per prompt for one that needs it (fill `blank_fill`), so the reward keeps every term it has in training."""
     cfg = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=(tokenizer.im_end_id,),
                          pad_token_id=tokenizer.pad_id)
-    scores, rows, categories = [], [], []
+    scores, rows, categories, rollouts, boxes = [], [], [], [], []
     for batch in batches:
         got = collect(model, batch, tokenizer, method, reward_cfg, cfg, 1, 0, tools=tools, blank_fill=blank_fill,
                       image_cfg=image_cfg)
-        for record, rollout, s in zip(batch.records, got.rollouts, got.scores):
+        per_box = method.box_details(got.rollouts, reward_cfg) if method.box_details else [None] * len(got.rollouts)
+        for record, rollout, s, b in zip(batch.records, got.rollouts, got.scores, per_box):
             scores.append(s)
             categories.append(record.category or "all")
-            rows.append(dict(id=record.id, category=record.category, completion=rollout.completion, **s))
+            rollouts.append(rollout)
+            boxes.append(b)
+            rows.append(dict(id=record.id, category=record.category, completion=rollout.completion,
+                             correct=s[method.accuracy_key], **s, **({} if b is None else {"boxes": b})))
         if progress is not None:
             progress(len(batch.records))
         if max_samples and len(scores) >= max_samples:
             break
     if max_samples:
         scores, rows, categories = scores[:max_samples], rows[:max_samples], categories[:max_samples]
-    return summarise(method, scores, categories), rows
+        rollouts, boxes = rollouts[:max_samples], boxes[:max_samples]
+    summary = summarise(method, scores, categories)
+    if method.box_details:
+        summary["boxes"] = box_analyses(boxes)
+    if method.needs_blank:
+        summary["process"], groups = process_diagnostics(rollouts, reward_cfg)
+        for row, rollout in zip(rows, rollouts):
+            row["process_group"] = groups.get(rollout.id)
+    return summary, rows

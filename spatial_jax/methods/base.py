@@ -22,7 +22,9 @@ class Method:
     torch reference scorer, imported only for `--backend torch`, tests and benchmarks. prompt: how the method asks
     for its output, and which reference completion is its SFT target. accuracy_key: the component that says the
     answer is right. well_formed(components): whether a completion follows the format. needs_blank: one blank-image
-    rollout per prompt, paired with its group (ProSR eq. 8). uses_tools: multi-turn tool rollouts (AlloSpatial)."""
+    rollout per prompt, paired with its group (ProSR eq. 8). uses_tools: multi-turn tool rollouts (AlloSpatial).
+    box_details(rollouts, cfg) -> per rollout, one {H, matched, iou} per predicted box, for evaluation's
+    uncertainty-IoU analyses (None: the method has no box uncertainty)."""
 
     name: str
     config_cls: type
@@ -33,6 +35,7 @@ class Method:
     well_formed: Callable[[dict[str, float]], bool]
     needs_blank: bool = False
     uses_tools: bool = False
+    box_details: Callable[..., list[list[dict]]] | None = None
 
     @property
     def reference_score_batch(self) -> Callable[..., list[dict[str, float]]]:

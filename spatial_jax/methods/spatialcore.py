@@ -12,4 +12,5 @@ register(Method(
     prompt=THINK_BOXES,
     accuracy_key="r_ans",
     well_formed=lambda c: c["well_formed"] > 0 and c["think_close_count"] == 1,
+    box_details=spatialcore.box_details,
 ))

@@ -161,6 +161,11 @@ def _format(parsed, has_gt: bool, question: str, options, cfg) -> float:
 
 
 def score_one(ro, cfg) -> dict[str, float]:
+    return _score_and_boxes(ro, cfg)[0]
+
+
+def _score_and_boxes(ro, cfg) -> tuple[dict[str, float], list[dict]]:
+    """The reward components and, per valid box, {H, matched, iou} as rewards.spatialcore.box_details defines them."""
     parsed = parse_think(ro.completion, cfg.coord_max)
     gold = resolve_gold(ro.answer, ro.options)
     closed = parsed.think_close_count > 0
@@ -173,9 +178,11 @@ def score_one(ro, cfg) -> dict[str, float]:
     r_sp = p = rec = f = over = 0.0
     n_matched = 0
     mean_iou = 0.0
+    iou_of: dict[int, float] = {}
     n, m = len(valid), len(ro.gt_boxes)
     if closed and m > 0:
-        v = torch.tensor([g.validity for g in ro.gt_boxes], dtype=DTYPE)
+        # validity weighting off (Table 3 ablation): every reference weighs 1
+        v = torch.tensor([g.validity if cfg.validity_weighting else 1.0 for g in ro.gt_boxes], dtype=DTYPE)
         if n == 0:
             r_sp = max(cfg.no_box_floor, -cfg.no_box_penalty * float(v.sum()))
         else:
@@ -191,12 +198,13 @@ def score_one(ro, cfg) -> dict[str, float]:
             f = f_alpha(p, rec, cfg.alpha) if float(v.sum()) > 0 else 0.0
             over = cfg.over_penalty * (n - n_matched)
             r_sp = min(cfg.spatial_clip, max(-cfg.spatial_clip, f - over))
-            positive = [ious[j, k] for j, k in pairs if float(r[j, k]) > 0]
-            mean_iou = float(torch.stack(positive).mean()) if positive else 0.0
+            iou_of = {j: float(ious[j, k]) for j, k in pairs if float(r[j, k]) > 0}
+            mean_iou = sum(iou_of.values()) / len(iou_of) if iou_of else 0.0
     gate = (1.0 if r_ans == 1.0 else cfg.gamma) if r_sp > 0 else 1.0
     term = cfg.lambda_s * gate * r_sp
     with_h = [h for h in hs if h is not None]
-    return dict(
+    boxes = [{"H": h, "matched": j in iou_of, "iou": iou_of.get(j)} for j, h in enumerate(hs)]
+    scores = dict(
         reward=r_ans + fmt + term,
         r_ans=r_ans,
         format=fmt,
@@ -220,7 +228,12 @@ def score_one(ro, cfg) -> dict[str, float]:
         well_formed=float(parsed.think_close_count == 1 and len(parsed.after_think.strip()) == 1
                           and parsed.after_think.strip() in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
     )
+    return scores, boxes
 
 
 def score_batch(rollouts, cfg) -> list[dict[str, float]]:
     return [score_one(ro, cfg) for ro in rollouts]
+
+
+def box_details(rollouts, cfg) -> list[list[dict]]:
+    return [_score_and_boxes(ro, cfg)[1] for ro in rollouts]

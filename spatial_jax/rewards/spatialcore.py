@@ -47,6 +47,7 @@ class SpatialCOREConfig:
     coord_max: int = 1000
     digit_vocab: int = 10  # |D| in eq. 5
     tie_break: float = 1e-7  # equal-sum matchings: prefer the larger confidence-weighted sum
+    validity_weighting: bool = True  # Table 3 ablation: False scores every pseudo-GT box as if v_k = 1
     advantage: AdvantageConfig = AdvantageConfig()  # eq. 2
 
     def __post_init__(self):
@@ -143,10 +144,46 @@ def format_term(parsed: ParsedThink, has_gt: bool, question: str, options: Seque
     return max(cfg.format_floor, out)
 
 
+def validities(gt: Sequence, cfg: SpatialCOREConfig) -> np.ndarray:
+    """The v_k of eqs. 3 and 8 and A.3: the pseudo-GT validities, or all 1 with validity weighting off."""
+    if not cfg.validity_weighting:
+        return np.ones(len(gt), np.float64)
+    return np.array([g.validity for g in gt], np.float64)
+
+
 def no_spatial() -> dict[str, float]:
     """The spatial part of a completion that earns none (no reference, or truncated)."""
     return dict(r_spatial=0.0, precision=0.0, recall=0.0, f_alpha=0.0, over_penalty=0.0, n_matched=0.0,
                 mean_matched_iou=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Assignment:
+    """Eqs. 3-4 for one completion's valid boxes: pair rewards r [n, m], IoUs [n, m], confidence weights omega [n],
+    validities v [m] and the matched pairs M*."""
+
+    r: np.ndarray
+    ious: np.ndarray
+    omega: np.ndarray
+    v: np.ndarray
+    pairs: list[tuple[int, int]]
+
+    def positive_pairs(self) -> list[tuple[int, int]]:
+        """Pairs of positive reward: the boxes that matched a reference (zero-reward pairs only fill M*, and which
+        of them is picked among ties is arbitrary)."""
+        return [(j, k) for j, k in self.pairs if self.r[j, k] > 0]
+
+
+def assign(boxes: Sequence[ParsedBox], h: np.ndarray, rollout: Rollout, cfg: SpatialCOREConfig) -> Assignment:
+    gt = rollout.gt_boxes
+    pred_xy = np.array([b.bbox for b in boxes], np.float64).reshape(-1, 4)
+    gt_xy = np.array([g.bbox for g in gt], np.float64).reshape(-1, 4)
+    v = validities(gt, cfg)
+    r = pair_rewards(pred_xy, [b.label for b in boxes], gt_xy, [g.label for g in gt], v, cfg)
+    omega = confidence_weight(h, cfg)
+    ious = pairwise_iou(pred_xy, gt_xy) if len(boxes) and len(gt) else np.zeros((len(boxes), len(gt)))
+    pairs = match(r, omega, ious, cfg) if len(boxes) and len(gt) else []
+    return Assignment(r=r, ious=ious, omega=omega, v=v, pairs=pairs)
 
 
 def spatial_reward(
@@ -154,35 +191,27 @@ def spatial_reward(
 ) -> dict[str, float]:
     """Eqs. 3-8 with A.3/A.4: R_spatial and its parts for the valid predicted boxes of a closed completion.
 
-    mean_matched_iou averages over matched pairs of positive pair reward (zero-reward pairs are matched only to
-    fill the assignment, and which of them is picked among ties is arbitrary)."""
-    gt = rollout.gt_boxes
-    n, m = len(boxes), len(gt)
+    mean_matched_iou averages over matched pairs of positive pair reward (Assignment.positive_pairs)."""
+    n, m = len(boxes), len(rollout.gt_boxes)
     out = no_spatial()
     if m == 0:
         return out  # A.3: no reference, boxes neither rewarded nor penalised
-    v = np.array([g.validity for g in gt], np.float64)
     if n == 0:
-        out["r_spatial"] = max(cfg.no_box_floor, -cfg.no_box_penalty * float(v.sum()))  # A.3
-        return out
-    pred_xy = np.array([b.bbox for b in boxes], np.float64)
-    gt_xy = np.array([g.bbox for g in gt], np.float64)
-    r = pair_rewards(pred_xy, [b.label for b in boxes], gt_xy, [g.label for g in gt], v, cfg)
-    omega = confidence_weight(h, cfg)
-    ious = pairwise_iou(pred_xy, gt_xy)
-    pairs = match(r, omega, ious, cfg)
-    p = precision(r, omega, pairs)
-    rec = recall(r, v)
-    f = f_alpha(p, rec, cfg.alpha) if v.sum() > 0 else 0.0
-    over = cfg.over_penalty * max(0, n - len(pairs))  # A.4
-    positive = [ious[j, k] for j, k in pairs if r[j, k] > 0]
+        out["r_spatial"] = max(cfg.no_box_floor, -cfg.no_box_penalty * float(validities(rollout.gt_boxes, cfg).sum()))
+        return out  # A.3
+    a = assign(boxes, h, rollout, cfg)
+    p = precision(a.r, a.omega, a.pairs)
+    rec = recall(a.r, a.v)
+    f = f_alpha(p, rec, cfg.alpha) if a.v.sum() > 0 else 0.0
+    over = cfg.over_penalty * max(0, n - len(a.pairs))  # A.4
+    positive = [a.ious[j, k] for j, k in a.positive_pairs()]
     out.update(
         r_spatial=float(np.clip(f - over, -cfg.spatial_clip, cfg.spatial_clip)),
         precision=p,
         recall=rec,
         f_alpha=f,
         over_penalty=over,
-        n_matched=float(len(pairs)),
+        n_matched=float(len(a.pairs)),
         mean_matched_iou=float(np.mean(positive)) if positive else 0.0,
     )
     return out
@@ -266,6 +295,23 @@ def score_batch(rollouts: Sequence[Rollout], cfg: SpatialCOREConfig = SpatialCOR
     valid = [p.valid_boxes for p in parsed]
     hs = batch_uncertainty(rollouts, valid, cfg)
     return [_score_one(ro, p, vb, h, has, cfg) for ro, p, vb, (h, has) in zip(rollouts, parsed, valid, hs)]
+
+
+def box_details(rollouts: Sequence[Rollout], cfg: SpatialCOREConfig = SpatialCOREConfig()) -> list[list[dict]]:
+    """Per rollout, one record per valid predicted box for the §4.3 analyses: its uncertainty H (None without a
+    digit trace), whether it matched a reference (a positive-reward pair of M*) and that pair's IoU (None if not).
+    A completion that never closed its reasoning has no matching (its R_spatial is 0), so nothing matches."""
+    parsed = [parse_think(ro.completion, cfg.coord_max) for ro in rollouts]
+    valid = [p.valid_boxes for p in parsed]
+    out = []
+    for ro, p, bs, (h, has) in zip(rollouts, parsed, valid, batch_uncertainty(rollouts, valid, cfg)):
+        iou_of: dict[int, float] = {}
+        if p.closed and bs and ro.gt_boxes:
+            a = assign(bs, h, ro, cfg)
+            iou_of = {j: float(a.ious[j, k]) for j, k in a.positive_pairs()}
+        out.append([{"H": float(h[j]) if has[j] else None, "matched": j in iou_of, "iou": iou_of.get(j)}
+                    for j in range(len(bs))])
+    return out
 
 
 def score(rollout: Rollout, cfg: SpatialCOREConfig = SpatialCOREConfig()) -> dict[str, float]:

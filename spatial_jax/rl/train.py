@@ -105,8 +105,9 @@ class Trainer(Workspace):
                     results["after_rl"] = self.evaluate("rl")
         if not self.primary:
             return results
+        results.update(report.compare_stages(self.run_dir))
         report.write_json(self.run_dir / "summary.json", results)
-        curves = report.plot(self.run_dir)
+        curves = report.plot(self.run_dir, results)
         if curves:
             results["curves_png"] = curves
         report.print_summary(results)
