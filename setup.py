@@ -6,7 +6,9 @@ PACKAGES = [
     "spatial_jax",
     "spatial_jax.cli",
     "spatial_jax.data",
+    "spatial_jax.data.benchmarks",
     "spatial_jax.eval",
+    "spatial_jax.eval.benchmarks",
     "spatial_jax.models",
     "spatial_jax.reference",
     "spatial_jax.rewards",
@@ -42,6 +44,9 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "pillow>=10",
+        # the benchmarks' published copies: parquet tables and mp4 videos
+        "pyarrow>=15",
+        "av>=12",
     ],
     extras_require={
         # libtpu (jax[tpu]) lets the tests compile the Pallas kernels with the real XLA:TPU compiler on a CPU machine.

@@ -1,9 +1,15 @@
 """`spatial-jax eval`: score a run's latest checkpoint (or, with --initial, the untrained policy) on a dataset with
-greedy decoding.
+greedy decoding, or on the papers' benchmarks.
 
 Prints accuracy overall and per category (sample-weighted) with standard errors, and the method's grounding
 figures; writes the summary and per-sample rows as JSON. A run directory without a checkpoint (a typo?) is refused
 and left as it was; the output's folder is checked before the work.
+
+`--benchmark NAME --data COPY` (or `--protocol NAME --data ROOT`, ROOT holding one folder per benchmark named as the
+benchmark) scores the policy on a benchmark's local copy as its official evaluation code scores it and prints and
+writes the paper's table (JSON and Markdown); responses are cached per checkpoint under run_dir/eval_cache, so an
+interrupted run resumes. `--predictions FILE` (with --protocol: a folder of <benchmark>.json / .jsonl files) scores
+responses made elsewhere, with no model.
 """
 
 from __future__ import annotations
@@ -18,6 +24,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", default=None, help="where to write the JSON report (default: <run_dir>/eval_cli.json)")
     p.add_argument("--initial", action="store_true",
                    help="evaluate the configured policy as built (untrained), not a checkpoint of run_dir")
+    p.add_argument("--benchmark", default=None, help="score on one of the papers' benchmarks (--data: its copy)")
+    p.add_argument("--protocol", default=None, help="a paper's whole table (--data: a folder of benchmark copies)")
+    p.add_argument("--predictions", default=None,
+                   help="score these responses (JSON {id: text} or JSONL) instead of running the policy")
+    p.add_argument("--variant", default=None, help="the benchmark's scoring variant (default: the official one)")
+    p.add_argument("--temperature", type=float, default=None, help="override the protocol's sampling temperature")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override the protocol's completion length")
+    p.add_argument("--max-tool-turns", type=int, default=None, help="override the protocol's tool turns")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="show a progress bar while generating")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
 
@@ -38,6 +54,8 @@ def check_writable(path) -> None:
 
 
 def run(args) -> int:
+    if args.benchmark or args.protocol:
+        return run_benchmarks(args)
     import dataclasses
     from pathlib import Path
 
@@ -78,3 +96,170 @@ def run(args) -> int:
     print(json.dumps(summary, indent=2))
     print(f"wrote {out}")
     return 0
+
+
+def _plan(args):
+    """(protocol or None, [(benchmark, copy folder, predictions file or None)]), refused before any work."""
+    from pathlib import Path
+
+    from spatial_jax.config import ConfigError
+    from spatial_jax.data.benchmarks import LOADERS
+    from spatial_jax.eval.benchmarks.protocols import get_protocol
+
+    if args.benchmark and args.protocol:
+        raise ConfigError("pass either --benchmark or --protocol, not both")
+    if not args.data:
+        raise ConfigError("--benchmark / --protocol need --data: the benchmark's local copy (a protocol: a folder "
+                          "holding one folder per benchmark, named as the benchmark)")
+    protocol = get_protocol(args.protocol) if args.protocol else None
+    names = protocol.benchmarks if protocol else (args.benchmark,)
+    if args.benchmark and args.benchmark not in LOADERS:
+        raise ConfigError(f"unknown benchmark {args.benchmark!r}; known: {sorted(LOADERS)}")
+    if args.variant and protocol:
+        raise ConfigError("--variant goes with --benchmark (a protocol names its benchmarks' variants)")
+    data = Path(args.data)
+    preds = Path(args.predictions) if args.predictions else None
+    plan = []
+    for name in names:
+        copy = data / name if protocol else data
+        pred = None
+        if preds is not None:
+            if protocol:
+                found = [preds / f"{name}{ext}" for ext in (".json", ".jsonl") if (preds / f"{name}{ext}").is_file()]
+                if not found:
+                    raise ConfigError(f"--predictions {preds}: no {name}.json or {name}.jsonl in that folder")
+                pred = found[0]
+            else:
+                pred = preds
+        plan.append((name, copy, pred))
+    return protocol, plan
+
+
+def _decoding(args, protocol, cfg):
+    from spatial_jax.eval.benchmarks.runner import Decoding
+
+    def pick(flag, from_protocol, default):
+        return flag if flag is not None else (from_protocol if from_protocol else default)
+
+    return Decoding(
+        temperature=pick(args.temperature, protocol.temperature if protocol else 0.0, 0.0),
+        max_new_tokens=pick(args.max_new_tokens, protocol.max_new_tokens if protocol else 0, cfg.eval.max_new_tokens),
+        max_tool_turns=pick(args.max_tool_turns, protocol.max_tool_turns if protocol else 0, cfg.rl.max_tool_turns),
+        max_tool_tokens=cfg.rl.max_tool_tokens,
+        seed=cfg.seed,
+    )
+
+
+def _checkpoint_tag(run_dir, stage) -> str:
+    from pathlib import Path
+
+    if stage is None:
+        return "initial"
+    steps = [int(p.name) for p in (Path(run_dir) / stage / "checkpoints").iterdir() if p.name.isdigit()]
+    return f"{stage}-{max(steps) if steps else 0}"
+
+
+def run_benchmarks(args) -> int:
+    """--benchmark / --protocol: the paper's table from the policy's responses or from --predictions."""
+    from pathlib import Path
+
+    from spatial_jax.data.benchmarks import load
+    from spatial_jax.eval.benchmarks import score_responses
+    from spatial_jax.eval.benchmarks.protocols import summary
+    from spatial_jax.eval.benchmarks.runner import read_predictions
+    from spatial_jax.rl.report import write_json
+
+    protocol, plan = _plan(args)
+    title = protocol.name if protocol else plan[0][0]
+    records = {name: load(name, copy) for name, copy, _ in plan}  # a broken copy fails before the model loads
+    if args.predictions:
+        responses = {name: read_predictions(pred) for name, _, pred in plan}
+        out = Path(args.output) if args.output else Path(args.predictions).with_suffix("").parent / f"eval_{title}.json"
+        check_writable(out)
+        meta = {"predictions": str(args.predictions)}
+        skipped: dict[str, list[str]] = {}
+    else:
+        responses, skipped, meta, out = _generate(args, protocol, plan, records, title)
+    tables, report = {}, {"protocol": protocol.name if protocol else None, **meta, "benchmarks": {}}
+    for name, _, _ in plan:
+        variant = (protocol.variants.get(name) if protocol else args.variant)
+        scored = score_responses(name, records[name], responses[name], variant)
+        tables[name] = scored.table
+        report["benchmarks"][name] = {"table": scored.table.as_dict(), "missing": scored.missing,
+                                      "no_sample_form": skipped.get(name, []), "rows": scored.rows}
+    markdown = [t.markdown() for t in tables.values()]
+    if protocol:
+        combined = summary(protocol, tables)
+        report["summary"] = {k: v.as_dict() for k, v in combined.items()}
+        markdown.append(_summary_markdown(protocol, combined))
+    text = "\n\n".join(markdown)
+    print(text)
+    for name, _, _ in plan:
+        missing = report["benchmarks"][name]["missing"]
+        if missing:
+            print(f"note: {name}: {len(missing)} of {len(records[name])} records have no response and are not "
+                  "scored")
+    write_json(out, report, indent=1)
+    out.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+def _summary_markdown(protocol, combined) -> str:
+    import math
+
+    rule = {"official": "each benchmark's official overall", "category_size": "accuracy weighted by the official "
+            "category sizes", "task_mean": "unweighted mean over task types"}[protocol.rule]
+    lines = [f"### {protocol.name} ({rule})", "", "| benchmark | score (%) | ± s.e. | n |", "|---|---:|---:|---:|"]
+    for name, cell in combined.items():
+        mean = "–" if not math.isfinite(cell.mean) else f"{100 * cell.mean:.2f}"
+        sem = "–" if not math.isfinite(cell.sem) else f"{100 * cell.sem:.2f}"
+        lines.append(f"| {name} | {mean} | {sem} | {cell.n} |")
+    return "\n".join(lines)
+
+
+def _generate(args, protocol, plan, records, title):
+    """The policy's responses for every benchmark of the plan, through the per-checkpoint cache."""
+    from pathlib import Path
+
+    import jax
+
+    from spatial_jax import distributed
+    from spatial_jax.config import ConfigError, load
+    from spatial_jax.eval.benchmarks.runner import ResponseCache, cache_dir, generate
+    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.rl.workspace import Workspace, has_checkpoint
+
+    cfg = load(TrainConfig, args.config, args.overrides)
+    if not args.initial and not has_checkpoint(cfg.run_dir):
+        raise ConfigError(f"run_dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to evaluate; pass --initial to "
+                          "evaluate the untrained policy on purpose")
+    out = Path(args.output or Path(cfg.run_dir) / f"eval_{title}.json")
+    check_writable(out)
+    decoding = _decoding(args, protocol, cfg)
+    distributed.initialize()
+    ws = Workspace(cfg)
+    stage = None if args.initial else ws.load_latest()
+    folder = cache_dir(Path(cfg.run_dir), _checkpoint_tag(cfg.run_dir, stage), ws.method.name, decoding)
+    total = sum(len(r) for r in records.values())
+    bar = None
+    if args.progress and ws.primary:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc=f"eval {title}", unit="q")
+    responses, skipped = {}, {}
+    with jax.set_mesh(ws.mesh):
+        for name, _, _ in plan:
+            cache = ResponseCache(folder / f"{name}.jsonl")
+            if bar is not None:
+                bar.update(sum(1 for r in records[name] if r.id in cache.responses))
+            responses[name], skipped[name] = generate(
+                records[name], cache, model=ws.model, tokenizer=ws.tok, method=ws.method, reward_cfg=ws.reward_cfg,
+                data_cfg=cfg.data, image_cfg=ws.policy.image_cfg, batch_size=cfg.eval.batch_size, decoding=decoding,
+                blank_fill=cfg.rl.blank_fill, progress=bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    meta = {"checkpoint": stage, "run_dir": str(cfg.run_dir), "cache": str(folder),
+            "decoding": {"temperature": decoding.temperature, "max_new_tokens": decoding.max_new_tokens,
+                         "max_tool_turns": decoding.max_tool_turns}}
+    return responses, skipped, meta, out

@@ -1,0 +1,49 @@
+"""Loaders for the papers' benchmarks, one module each, registered by name: `load(name, root)` reads a local copy
+as its authors distribute it and returns its BenchRecords in file order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spatial_jax.data.benchmarks import (
+    cvbench,
+    embspatial,
+    mindcube,
+    omnispatial,
+    sparbench,
+    spatialab,
+    srbench3d,
+    viewspatial,
+    vsibench,
+)
+from spatial_jax.data.benchmarks.convert import to_sample
+from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord, Loader
+
+LOADERS: dict[str, Loader] = {
+    "omnispatial": omnispatial.load,
+    "spatialab": spatialab.load,
+    "3dsrbench": srbench3d.load,
+    "mindcube": mindcube.load,
+    "mindcube-tiny": mindcube.load_tiny,
+    "viewspatial": viewspatial.load,
+    "embspatial": embspatial.load,
+    "sparbench": sparbench.load,
+    "vsibench": vsibench.load,
+    "vsibench-tiny": vsibench.load_tiny,
+    "cvbench": cvbench.load,
+}
+
+
+def load(name: str, root: str | Path) -> list[BenchRecord]:
+    if name not in LOADERS:
+        raise BenchmarkError(f"unknown benchmark {name!r}; known: {sorted(LOADERS)}")
+    records = LOADERS[name](Path(root))
+    seen: set[str] = set()
+    for r in records:
+        if r.id in seen:
+            raise BenchmarkError(f"{r.origin}: id {r.id!r} repeats an earlier record's (ids key the predictions)")
+        seen.add(r.id)
+    return records
+
+
+__all__ = ["LOADERS", "BenchRecord", "BenchmarkError", "load", "to_sample"]

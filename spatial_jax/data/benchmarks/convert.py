@@ -1,0 +1,52 @@
+"""A benchmark record -> the project's Sample (what the pipeline prompts the policy with)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import numpy as np
+
+from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord, Media
+from spatial_jax.data.sample import LETTERS, Sample, Video
+
+
+def decode(media: Media, record: BenchRecord) -> str | np.ndarray:
+    """A path stays a path (read by the pipeline); embedded bytes become an RGB uint8 array."""
+    if isinstance(media, str):
+        return media
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(media)) as im:
+            return np.asarray(im.convert("RGB"))
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise BenchmarkError(f"{record.origin}: its embedded image cannot be decoded ({e})") from None
+
+
+def to_sample(record: BenchRecord) -> Sample:
+    """Choice and numeric questions convert; SPAR's view-change commands ("text" answers) have no Sample form."""
+    if record.answer_type == "text":
+        raise BenchmarkError(f"{record.origin}: a {record.category} answer (free text scored by its own metric) has "
+                             "no Sample form; score such responses with --predictions")
+    options, answer = record.options, record.answer
+    if record.answer_type == "choice" and (not options or answer not in LETTERS[: len(options)]):
+        raise BenchmarkError(f"{record.origin}: gold {answer!r} names none of the {len(options)} options parsed "
+                             "from the record")
+    kwargs: dict = {}
+    if record.video is not None:
+        kwargs["video"] = Video(path=record.video)
+        image = None
+    elif len(record.images) == 1:
+        image = decode(record.images[0], record)
+    else:
+        kwargs["images"] = tuple(decode(m, record) for m in record.images)
+        image = None
+    return Sample(
+        id=record.id, image=image, question=record.question, options=options if record.answer_type == "choice"
+        else (), answer=answer, answer_type="choice" if record.answer_type == "choice" else "number",
+        category=record.category, meta={"benchmark": record.benchmark}, origin=record.origin, **kwargs)
+
+
+def with_answer(record: BenchRecord, answer) -> BenchRecord:
+    return dataclasses.replace(record, answer=answer)

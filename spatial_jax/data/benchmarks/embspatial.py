@@ -1,0 +1,32 @@
+"""EmbSpatial-Bench (Phineas476/EmbSpatial-Bench): `embspatial_bench.json`, a JSON list of {question_id, question,
+answer_options (list), answer (option index), image (base64), relation, data_source}; the table reports the six
+relations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spatial_jax.data.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_json_list
+from spatial_jax.data.sample import LETTERS
+
+NAME = "embspatial"
+
+
+def load(root: Path) -> list[BenchRecord]:
+    path = find_file(root, ("embspatial_bench.json",), NAME)
+    out = []
+    for i, obj in enumerate(read_json_list(path)):
+        where = Where(path, f"record {i}" + (f" (question_id {obj.get('question_id')})" if isinstance(obj, dict)
+                                             else ""))
+        options = where.field(obj, "answer_options", list)
+        if not options or not all(isinstance(o, str) for o in options):
+            raise where.error("field 'answer_options' must be a non-empty list of strings")
+        answer = where.field(obj, "answer", int)
+        if not 0 <= answer < len(options):
+            raise where.error(f"field 'answer' = {answer} is outside the {len(options)} options")
+        out.append(BenchRecord(
+            benchmark=NAME, id=where.ident(obj, "question_id"), question=where.text(obj, "question"),
+            options=tuple(options), answer=LETTERS[answer], answer_type="choice",
+            category=where.text(obj, "relation"), images=(embedded_image(where.field(obj, "image"), where, "image"),),
+            extra={"data_source": obj.get("data_source") or ""}, origin=str(where)))
+    return out

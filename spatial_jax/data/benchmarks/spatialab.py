@@ -1,0 +1,34 @@
+"""SpatiaLab (ciol-research/SpatiaLab), the multiple-choice split. The card in this project's reference index lists
+the six categories and the MCQ protocol (option selection + exact match) but not the field names; this loader reads
+the Hugging Face parquet layout (`data/*.parquet` or `*.parquet`) with fields {id, question, options (list),
+answer (option letter or index), category, subcategory, image (embedded)}: the layout stated in the README's
+"Evaluate on the papers' benchmarks" section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spatial_jax.data.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_parquet
+from spatial_jax.data.sample import LETTERS
+
+NAME = "spatialab"
+
+
+def load(root: Path) -> list[BenchRecord]:
+    path = find_file(root, ("data", "*.parquet"), NAME)
+    out = []
+    for i, row in enumerate(read_parquet(path)):
+        where = Where(path, f"row {i}" + (f" (id {row.get('id')})" if row.get("id") is not None else ""))
+        options = where.field(row, "options", list)
+        if not options or not all(isinstance(o, str) for o in options):
+            raise where.error("field 'options' must be a non-empty list of strings")
+        raw = where.field(row, "answer", (str, int))
+        letter = LETTERS[raw] if isinstance(raw, int) and 0 <= raw < len(options) else str(raw).strip()[:1].upper()
+        if letter not in LETTERS[: len(options)]:
+            raise where.error(f"field 'answer' = {raw!r} names none of the {len(options)} options")
+        out.append(BenchRecord(
+            benchmark=NAME, id=where.ident(row, "id"), question=where.text(row, "question"), options=tuple(options),
+            answer=letter, answer_type="choice", category=where.text(row, "category"),
+            images=(embedded_image(where.field(row, "image"), where, "image"),),
+            extra={"subcategory": row.get("subcategory") or ""}, origin=str(where)))
+    return out

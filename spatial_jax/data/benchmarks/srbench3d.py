@@ -1,0 +1,33 @@
+"""3DSRBench (ccvl/3DSRBench): `3dsrbench_v1_vlmevalkit_circular.tsv`, the VLMEvalKit TSV with flip augmentation
+and circular option orders, the file the authors name for reproducing their results. Columns: index, qid (the
+8-character question id, `-flip` and `-N` suffixes for the flipped and rotated variants), question, A-D (empty when
+a question has fewer options), answer (letter), category (e.g. height_higher), image (base64)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spatial_jax.data.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_tsv
+
+NAME = "3dsrbench"
+
+
+def load(root: Path) -> list[BenchRecord]:
+    path = find_file(root, ("3dsrbench_v1_vlmevalkit_circular.tsv", "*circular*.tsv", "*.tsv"), NAME)
+    out = []
+    for number, row in read_tsv(path):
+        where = Where(path, f"row {number}" + (f" (index {row.get('index')})" if row.get("index") else ""))
+        for key in ("index", "question", "answer", "category", "image", "A", "B"):
+            if not row.get(key):
+                raise where.error(f"missing field '{key}'")
+        options = tuple(row[c] for c in "ABCD" if row.get(c) and row[c].lower() != "nan")
+        answer = row["answer"].strip()
+        if answer not in "ABCD"[: len(options)] or len(answer) != 1:
+            raise where.error(f"field 'answer' = {answer!r} names none of the {len(options)} options")
+        index = row["index"]
+        out.append(BenchRecord(
+            benchmark=NAME, id=index, question=row["question"], options=options, answer=answer,
+            answer_type="choice", category=row["category"],
+            images=(embedded_image(row["image"], where, "image"),),
+            extra={"qid": row.get("qid") or index}, origin=str(where)))
+    return out

@@ -1,0 +1,38 @@
+"""ViewSpatial-Bench (ZJU-REAL/ViewSpatial-Bench): `eval/ViewSpatial-Bench.json` (or at the top of the copy), a JSON
+list of {question_type, image_path (list, relative to the copy's top folder), question, answer ("A. right"),
+choices ("A. right\\nB. ...")}, read as the authors' evaluate.py reads it. Records have no id field: the id is the
+record's position in the list, as evaluate.py numbers its rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spatial_jax.data.benchmarks.record import (
+    BenchRecord,
+    Where,
+    find_file,
+    local_file,
+    options_from_lines,
+    read_json_list,
+)
+
+NAME = "viewspatial"
+
+
+def load(root: Path) -> list[BenchRecord]:
+    path = find_file(root, ("eval/ViewSpatial-Bench.json", "ViewSpatial-Bench.json"), NAME)
+    base = path.parent.parent if path.parent.name == "eval" else path.parent
+    out = []
+    for i, obj in enumerate(read_json_list(path)):
+        where = Where(path, f"record {i}")
+        images = where.field(obj, "image_path", list)
+        if not images or not all(isinstance(p, str) for p in images):
+            raise where.error("field 'image_path' must be a non-empty list of paths")
+        letters, texts = options_from_lines(where.text(obj, "choices"), where, "choices")
+        answer = where.text(obj, "answer")
+        out.append(BenchRecord(
+            benchmark=NAME, id=str(i), question=where.text(obj, "question"), options=texts,
+            answer=answer.strip()[:1], answer_type="choice", category=where.text(obj, "question_type"),
+            images=tuple(local_file(base, p, where, "image_path") for p in images),
+            extra={"answer_text": answer, "choices": obj["choices"]}, origin=str(where)))
+    return out

@@ -1,0 +1,73 @@
+"""VSI-Bench (nyu-visionx/VSI-Bench): the question table (`test.parquet`, parquet shards, or `test.jsonl`) with
+{id, dataset, scene_name, question_type, question, options (list, null for numeric questions), ground_truth}, and
+the videos unzipped as `<dataset>/<scene_name>.mp4`, as the authors' lmms_eval/tasks/vsibench/utils.py reads them.
+The tiny split AlloSpatial evaluates on is a table of the same fields whose file name contains `tiny`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spatial_jax.data.benchmarks.record import (
+    BenchmarkError,
+    BenchRecord,
+    Where,
+    find_file,
+    local_file,
+    read_jsonl,
+    read_parquet,
+)
+
+CHOICE_TYPES = ("object_rel_direction_easy", "object_rel_direction_medium", "object_rel_direction_hard",
+                "object_rel_distance", "route_planning", "obj_appearance_order")
+NUMERIC_TYPES = ("object_abs_distance", "object_counting", "object_size_estimation", "room_size_estimation")
+
+
+def _rows(path: Path) -> list[tuple[str, dict]]:
+    if path.suffix == ".jsonl":
+        return [(f"line {n}", obj) for n, obj in read_jsonl(path)]
+    return [(f"row {i}", row) for i, row in enumerate(read_parquet(path))]
+
+
+def _load(path: Path, name: str) -> list[BenchRecord]:
+    base = path.parent.parent if path.parent.name in ("data", "tiny") else path.parent
+    out = []
+    for what, row in _rows(path):
+        where = Where(path, what + (f" (id {row.get('id')})" if isinstance(row, dict) else ""))
+        qtype = where.text(row, "question_type")
+        truth = where.field(row, "ground_truth", (str, int, float))
+        video = local_file(base, f"{where.text(row, 'dataset')}/{where.text(row, 'scene_name')}.mp4", where,
+                           "scene_name")
+        if qtype in NUMERIC_TYPES:
+            try:
+                answer: str | float = float(truth)
+            except ValueError:
+                raise where.error(f"field 'ground_truth' = {truth!r} of numeric type {qtype} is no number") from None
+            kind, options = "number", ()
+        elif qtype in CHOICE_TYPES:
+            options = tuple(where.field(row, "options", list))
+            kind, answer = "choice", str(truth).strip()
+        else:
+            raise where.error(f"field 'question_type' = {qtype!r} is none of VSI-Bench's question types")
+        out.append(BenchRecord(
+            benchmark=name, id=where.ident(row, "id"), question=where.text(row, "question"),
+            options=tuple(_strip_letter(o) for o in options), answer=answer, answer_type=kind, category=qtype,
+            video=video, extra={"options_as_given": list(options), "ground_truth": str(truth)}, origin=str(where)))
+    return out
+
+
+def _strip_letter(option: str) -> str:
+    """VSI-Bench writes options as `A. text`; the record keeps the text (letters follow the order)."""
+    return option[3:] if len(option) > 2 and option[1] == "." and option[0].isalpha() else option
+
+
+def load(root: Path) -> list[BenchRecord]:
+    return _load(find_file(root, ("test.parquet", "test-*.parquet", "data/test-*.parquet", "test.jsonl"), "vsibench"),
+                 "vsibench")
+
+
+def load_tiny(root: Path) -> list[BenchRecord]:
+    try:
+        path = find_file(root, ("*tiny*.parquet", "*tiny*.jsonl", "tiny/*.parquet"), "vsibench-tiny")
+    except BenchmarkError as e:
+        raise BenchmarkError(f"{e}; the tiny split is a table of VSI-Bench's fields named *tiny*") from None
+    return _load(path, "vsibench-tiny")

@@ -1,0 +1,77 @@
+"""Each benchmark scored as its official evaluation code scores it (one module per benchmark, its docstring names
+the code it follows), and the papers' protocols over them.
+
+`score_responses(name, records, responses)` scores the records that have a response and returns the per-record
+rows and the benchmark's table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from spatial_jax.data.benchmarks import BenchmarkError, BenchRecord
+from spatial_jax.eval.benchmarks import (
+    cvbench,
+    embspatial,
+    mindcube,
+    omnispatial,
+    sparbench,
+    spatialab,
+    srbench3d,
+    viewspatial,
+    vsibench,
+)
+from spatial_jax.eval.benchmarks.table import Table
+
+SCORERS: dict[str, ModuleType] = {
+    "omnispatial": omnispatial, "spatialab": spatialab, "3dsrbench": srbench3d, "mindcube": mindcube,
+    "mindcube-tiny": mindcube, "viewspatial": viewspatial, "embspatial": embspatial, "sparbench": sparbench,
+    "vsibench": vsibench, "vsibench-tiny": vsibench, "cvbench": cvbench,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """rows: one per answered record (id, category, score, prediction, response); missing: ids without a response."""
+
+    table: Table
+    rows: list[dict[str, Any]]
+    missing: list[str]
+
+
+def scorer(name: str) -> ModuleType:
+    if name not in SCORERS:
+        raise BenchmarkError(f"unknown benchmark {name!r}; known: {sorted(SCORERS)}")
+    return SCORERS[name]
+
+
+def check_variant(name: str, variant: str | None) -> str:
+    variants = scorer(name).VARIANTS
+    if variant is None:
+        return variants[0]
+    if variant not in variants:
+        raise BenchmarkError(f"{name} has no scoring variant {variant!r}; known: {list(variants)}")
+    return variant
+
+
+def score_responses(name: str, records: list[BenchRecord], responses: Mapping[str, str],
+                    variant: str | None = None) -> Scored:
+    module, variant = scorer(name), check_variant(name, variant)
+    known = {r.id for r in records}
+    stray = [k for k in responses if k not in known]
+    if stray:
+        raise BenchmarkError(f"{len(stray)} response ids are no {name} record ids (first: {stray[:3]}); are these "
+                             "the predictions of another benchmark?")
+    answered = [r for r in records if r.id in responses]
+    rows, scores = [], []
+    for r in answered:
+        s, pred = module.score(r, responses[r.id], variant)
+        scores.append(s)
+        rows.append({"id": r.id, "category": r.category, "score": s, "prediction": pred, "response": responses[r.id]})
+    return Scored(module.tabulate(answered, scores, variant), rows, [r.id for r in records if r.id not in responses])
+
+
+__all__ = ["SCORERS", "Scored", "check_variant", "score_responses", "scorer"]
