@@ -20,7 +20,8 @@ import json
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="the run's TOML config (default: the embedded tiny CPU job)")
-    p.add_argument("--data", default=None, help="JSONL dataset or synthetic:<split>:<n> (default: data.eval)")
+    p.add_argument("--data", default=None, help="JSONL dataset or synthetic:<split>:<n> (default: data.eval); with "
+                   "--benchmark the benchmark's local copy, with --protocol a folder of copies named by benchmark")
     p.add_argument("--output", default=None, help="where to write the JSON report (default: <run_dir>/eval_cli.json)")
     p.add_argument("--initial", action="store_true",
                    help="evaluate the configured policy as built (untrained), not a checkpoint of run_dir")
@@ -174,7 +175,8 @@ def run_benchmarks(args) -> int:
     records = {name: load(name, copy) for name, copy, _ in plan}  # a broken copy fails before the model loads
     if args.predictions:
         responses = {name: read_predictions(pred) for name, _, pred in plan}
-        out = Path(args.output) if args.output else Path(args.predictions).with_suffix("").parent / f"eval_{title}.json"
+        given = Path(args.predictions)
+        out = Path(args.output) if args.output else (given if given.is_dir() else given.parent) / f"eval_{title}.json"
         check_writable(out)
         meta = {"predictions": str(args.predictions)}
         skipped: dict[str, list[str]] = {}
