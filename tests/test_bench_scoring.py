@@ -106,6 +106,19 @@ def test_3dsrbench_variants_group_rotations_and_flips():
     assert got == pytest.approx({"circular": 2 / 3, "flip_circular": 1 / 2, "flip": 3 / 4, "vanilla": 5 / 6})
 
 
+def test_3dsrbench_without_qids_scores_only_rows(tmp_path):
+    from test_bench_loaders import SRBENCH, write_3dsrbench
+
+    from spatial_jax.data.benchmarks import BenchmarkError
+
+    records = load("3dsrbench", write_3dsrbench(tmp_path, [{k: v for k, v in r.items() if k != "qid"}
+                                                           for r in SRBENCH]))
+    responses = CASES["3dsrbench"][0]
+    assert score_responses("3dsrbench", records, responses, "vanilla").table.overall.mean == pytest.approx(5 / 6)
+    with pytest.raises(BenchmarkError, match="lacks"):
+        score_responses("3dsrbench", records, responses)
+
+
 def test_omnispatial_direct_variant_and_missing_and_stray_ids(tmp_path):
     records = load_fixture("omnispatial")
     direct = score_responses("omnispatial", records, {"0_0": " a.", "1_0": "B", "2_0": "c", "2_1": "Bottom left"},

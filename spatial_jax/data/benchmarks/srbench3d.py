@@ -29,5 +29,5 @@ def load(root: Path) -> list[BenchRecord]:
             benchmark=NAME, id=index, question=row["question"], options=options, answer=answer,
             answer_type="choice", category=row["category"],
             images=(embedded_image(row["image"], where, "image"),),
-            extra={"qid": row.get("qid") or index}, origin=str(where)))
+            extra={"qid": row.get("qid") or None}, origin=str(where)))
     return out

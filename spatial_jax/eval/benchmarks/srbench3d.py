@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from spatial_jax.data.benchmarks.record import BenchRecord
+from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 
 NAME = "3dsrbench"
@@ -60,6 +60,9 @@ def group_key(qid: str, variant: str) -> str:
 def grouped(records: list[BenchRecord], scores: list[float], variant: str) -> list[float]:
     if variant == "vanilla":
         return list(scores)
+    if any(r.extra["qid"] is None for r in records):
+        raise BenchmarkError(f"3DSRBench's {variant} score groups rows by their qid column, which this copy lacks "
+                             "(use the circular TSV, or --variant vanilla)")
     groups: dict[str, list[float]] = defaultdict(list)
     for r, s in zip(records, scores):
         groups[group_key(r.extra["qid"], variant)].append(s)
