@@ -344,6 +344,10 @@ def test_records_convert_to_samples_single_multi_image_and_video(tmp_path):
     assert mc.image is None and len(mc.images) == 3
     vsi = load("vsibench", write_copy("vsibench", tmp_path / "v"))
     assert to_sample(vsi[0]).video.path == vsi[0].video and to_sample(vsi[1]).answer_type == "number"
+    # a protocol's frame budget: uniform picks linspace(0, 3, 3) truncated, frames of grey 0, 40, 80, 120
+    video = to_sample(vsi[0], video_frames=3).video
+    assert video.frame_indices == (0, 1, 3) and video.fps == 2.0 and video.path is None
+    assert [round(float(f.mean()) / 40) for f in video.frames] == [0, 1, 3]
     spar = load("sparbench", write_copy("sparbench", tmp_path / "s"))
     with pytest.raises(BenchmarkError, match="no Sample form"):
         to_sample(spar[5])

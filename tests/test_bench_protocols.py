@@ -41,7 +41,8 @@ def _copies(tmp_path, names):
 
 def test_every_protocol_has_expected_values():
     assert set(EXPECTED) == set(PROTOCOLS)
-    assert get_protocol("allospatial").temperature == 1.0 and get_protocol("allospatial").max_tool_turns == 8
+    allo = get_protocol("allospatial")
+    assert (allo.temperature, allo.max_tool_turns, allo.max_new_tokens, allo.video_frames) == (1.0, 8, 8192, 7)
     assert get_protocol("spatialthinker").temperature == 0.0
     with pytest.raises(ConfigError, match="unknown protocol"):
         get_protocol("spatial")

@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=None, help="override the protocol's sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override the protocol's completion length")
     p.add_argument("--max-tool-turns", type=int, default=None, help="override the protocol's tool turns")
+    p.add_argument("--video-frames", type=int, default=None,
+                   help="frames sampled uniformly per video (default: the protocol's; 0 = the whole clip)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="show a progress bar while generating")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
@@ -147,6 +149,7 @@ def _decoding(args, protocol, cfg):
         max_new_tokens=pick(args.max_new_tokens, protocol.max_new_tokens if protocol else 0, cfg.eval.max_new_tokens),
         max_tool_turns=pick(args.max_tool_turns, protocol.max_tool_turns if protocol else 0, cfg.rl.max_tool_turns),
         max_tool_tokens=cfg.rl.max_tool_tokens,
+        video_frames=pick(args.video_frames, protocol.video_frames if protocol else 0, 0),
         seed=cfg.seed,
     )
 
@@ -263,5 +266,5 @@ def _generate(args, protocol, plan, records, title):
         bar.close()
     meta = {"checkpoint": stage, "run_dir": str(cfg.run_dir), "cache": str(folder),
             "decoding": {"temperature": decoding.temperature, "max_new_tokens": decoding.max_new_tokens,
-                         "max_tool_turns": decoding.max_tool_turns}}
+                         "max_tool_turns": decoding.max_tool_turns, "video_frames": decoding.video_frames}}
     return responses, skipped, meta, out

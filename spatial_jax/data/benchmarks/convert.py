@@ -24,8 +24,29 @@ def decode(media: Media, record: BenchRecord) -> str | np.ndarray:
         raise BenchmarkError(f"{record.origin}: its embedded image cannot be decoded ({e})") from None
 
 
-def to_sample(record: BenchRecord) -> Sample:
-    """Choice and numeric questions convert; SPAR's view-change commands ("text" answers) have no Sample form."""
+def sampled_video(path: str, num_frames: int, record: BenchRecord) -> Video:
+    """`num_frames` frames at np.linspace(0, total - 1, num_frames) truncated to integers (lmms-eval's uniform
+    sampling, as VSI-Bench's evaluations sample their 7, 8, 32 frames), with their source indices and the file's
+    frame rate."""
+    import av
+
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            fps = float(stream.average_rate or stream.guessed_rate or 0) or None
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+    except (av.FFmpegError, IndexError, ValueError) as e:
+        raise BenchmarkError(f"{record.origin}: video {path} cannot be decoded ({e})") from None
+    if not frames or fps is None:
+        raise BenchmarkError(f"{record.origin}: video {path} holds no frames or no frame rate")
+    picks = np.linspace(0, len(frames) - 1, num_frames, dtype=int)
+    return Video(frames=tuple(frames[i] for i in picks), fps=fps, frame_indices=tuple(int(i) for i in picks))
+
+
+def to_sample(record: BenchRecord, video_frames: int = 0) -> Sample:
+    """Choice and numeric questions convert; SPAR's view-change commands ("text" answers) have no Sample form.
+    video_frames > 0 samples that many frames uniformly (a protocol's setting); 0 leaves the whole clip to the
+    video processor."""
     if record.answer_type == "text":
         raise BenchmarkError(f"{record.origin}: a {record.category} answer (free text scored by its own metric) has "
                              "no Sample form; score such responses with --predictions")
@@ -35,7 +56,8 @@ def to_sample(record: BenchRecord) -> Sample:
                              "from the record")
     kwargs: dict = {}
     if record.video is not None:
-        kwargs["video"] = Video(path=record.video)
+        kwargs["video"] = (sampled_video(record.video, video_frames, record) if video_frames > 0
+                           else Video(path=record.video))
         image = None
     elif len(record.images) == 1:
         image = decode(record.images[0], record)

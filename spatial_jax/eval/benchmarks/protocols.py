@@ -25,7 +25,8 @@ RULES = ("official", "category_size", "task_mean")
 class Protocol:
     """name; benchmarks in the paper's column order; rule (see RULES); average: the paper reports the unweighted
     mean of the benchmark scores; temperature (0 greedy), max_new_tokens (0 = the run's eval.max_new_tokens) and
-    max_tool_turns the decoding the paper states; variants: a benchmark's scoring variant when not its default."""
+    max_tool_turns the decoding the paper states; video_frames: frames sampled uniformly from each video (0: the
+    whole clip to the video processor); variants: a benchmark's scoring variant when not its default."""
 
     name: str
     benchmarks: tuple[str, ...]
@@ -34,6 +35,7 @@ class Protocol:
     temperature: float = 0.0
     max_new_tokens: int = 0
     max_tool_turns: int = 0
+    video_frames: int = 0
     variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -85,9 +87,10 @@ def summary(protocol: Protocol, tables: Mapping[str, Table]) -> dict[str, Cell]:
 
 # The papers' tables (seeds 000-003). SpatialCORE: OmniSpatial and SpatiaLab, accuracy weighted by category size.
 # ProSR: five benchmarks and their average. AlloSpatial: the tiny splits, MRA / accuracy, unweighted task-type
-# means, temperature 1.0, up to 8 turns of 8,192 new tokens. SpatialThinker: greedy, its benchmarks among these.
+# means, temperature 1.0, up to 8 turns of 8,192 new tokens, 7 uniformly sampled frames (the limited-observation
+# setting of their main table). SpatialThinker: greedy, its benchmarks among these.
 register(Protocol("spatialcore", ("omnispatial", "spatialab"), rule="category_size", average=False))
 register(Protocol("prosr", ("3dsrbench", "mindcube-tiny", "viewspatial", "embspatial", "sparbench")))
 register(Protocol("allospatial", ("vsibench-tiny", "mindcube-tiny"), rule="task_mean", temperature=1.0,
-                  max_new_tokens=8192, max_tool_turns=8))
+                  max_new_tokens=8192, max_tool_turns=8, video_frames=7))
 register(Protocol("spatialthinker", ("cvbench", "3dsrbench")))

@@ -26,6 +26,7 @@ class Decoding:
     max_new_tokens: int
     max_tool_turns: int
     max_tool_tokens: int
+    video_frames: int = 0
     seed: int = 0
 
 
@@ -81,7 +82,7 @@ def generate(
         if r.answer_type == "text":
             skipped.append(r.id)
             continue
-        pending.append(to_sample(r))
+        pending.append(to_sample(r, decoding.video_frames))
     if pending:
         sampling = SamplingConfig(temperature=decoding.temperature, max_new_tokens=decoding.max_new_tokens,
                                   stop_token_ids=(tokenizer.im_end_id,), pad_token_id=tokenizer.pad_id)
