@@ -158,3 +158,20 @@ def load_fixture(name):
     if name not in _FIXTURES:
         _FIXTURES[name] = load(name, write_copy(name, Path(tempfile.mkdtemp()) / name))
     return _FIXTURES[name]
+
+
+def test_prediction_file_forms(tmp_path):
+    from spatial_jax.eval.benchmarks.runner import read_predictions
+
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"id": 3, "response": "B"}\n')  # one JSONL line is also a JSON object: still a row
+    assert read_predictions(one) == {"3": "B"}
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"id": 3, "response": "B"}\n\n{"4": "C"}\n')
+    assert read_predictions(mixed) == {"3": "B", "4": "C"}
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text('{"id": 3, "response": "B"}\n{"3": "C"}\n')
+    from spatial_jax.data.benchmarks import BenchmarkError
+
+    with pytest.raises(BenchmarkError, match="given twice"):
+        read_predictions(twice)

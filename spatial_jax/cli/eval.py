@@ -185,6 +185,8 @@ def run_benchmarks(args) -> int:
         skipped: dict[str, list[str]] = {}
     else:
         responses, skipped, meta, out = _generate(args, protocol, plan, records, title)
+        if out is None:  # multi-host: the first process reports
+            return 0
     tables, report = {}, {"protocol": protocol.name if protocol else None, **meta, "benchmarks": {}}
     for name, _, _ in plan:
         variant = (protocol.variants.get(name) if protocol else args.variant)
@@ -255,7 +257,7 @@ def _generate(args, protocol, plan, records, title):
     responses, skipped = {}, {}
     with jax.set_mesh(ws.mesh):
         for name, _, _ in plan:
-            cache = ResponseCache(folder / f"{name}.jsonl")
+            cache = ResponseCache(folder / f"{name}.jsonl", writes=ws.primary)
             if bar is not None:
                 bar.update(sum(1 for r in records[name] if r.id in cache.responses))
             responses[name], skipped[name] = generate(
@@ -264,6 +266,8 @@ def _generate(args, protocol, plan, records, title):
                 blank_fill=cfg.rl.blank_fill, progress=bar.update if bar is not None else None)
     if bar is not None:
         bar.close()
+    if not ws.primary:
+        return responses, skipped, {}, None
     meta = {"checkpoint": stage, "run_dir": str(cfg.run_dir), "cache": str(folder),
             "decoding": {"temperature": decoding.temperature, "max_new_tokens": decoding.max_new_tokens,
                          "max_tool_turns": decoding.max_tool_turns, "video_frames": decoding.video_frames}}

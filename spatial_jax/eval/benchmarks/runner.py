@@ -31,10 +31,11 @@ class Decoding:
 
 
 class ResponseCache:
-    """id -> response text of one benchmark under one checkpoint and decoding, kept as JSONL."""
+    """id -> response text of one benchmark under one checkpoint and decoding, kept as JSONL (written only by the
+    process that owns it: the first host of a multi-host run)."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, writes: bool = True):
+        self.path, self.writes = path, writes
         self.responses: dict[str, str] = {}
         if path.is_file():
             for line in path.read_text(encoding="utf-8").splitlines():
@@ -45,11 +46,12 @@ class ResponseCache:
                     continue  # a line cut short by the interruption: its record is generated again
 
     def add(self, items: list[tuple[str, str]]) -> None:
+        self.responses.update(items)
+        if not self.writes:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
-            for rid, text in items:
-                f.write(json.dumps({"id": rid, "response": text}) + "\n")
-                self.responses[rid] = text
+            f.writelines(json.dumps({"id": rid, "response": text}) + "\n" for rid, text in items)
 
 
 def cache_dir(run_dir: Path, checkpoint: str, method: str, decoding: Decoding) -> Path:
@@ -112,7 +114,9 @@ def read_predictions(path: Path) -> dict[str, str]:
     except json.JSONDecodeError:
         obj, lines = None, text.splitlines()
     out: dict[str, str] = {}
-    if isinstance(obj, dict):
+    if isinstance(obj, dict) and set(obj) == {"id", "response"}:  # a JSONL file of one line
+        items = [(obj["id"], obj["response"], "line 1")]
+    elif isinstance(obj, dict):
         items = [(k, v, "the object") for k, v in obj.items()]
     elif lines is not None:
         items = []
