@@ -51,10 +51,12 @@ def _eval_file(path, correct):
 
 
 def test_compare_stages_pairs_questions(tmp_path):
-    assert report.compare_stages(tmp_path) == {}
+    both = {"after_sft": {"n": 5}, "after_rl": {"n": 5}}
+    assert report.compare_stages(tmp_path, both) == {}
     _eval_file(tmp_path / "eval_sft.json", [0, 1, 0, 1, 0])
     _eval_file(tmp_path / "eval_rl.json", [1, 1, 1, 0, 0])
-    g = report.compare_stages(tmp_path)["accuracy_gain_paired"]
+    assert report.compare_stages(tmp_path, {"after_rl": {"n": 5}}) == {}  # a stage this job did not evaluate
+    g = report.compare_stages(tmp_path, both)["accuracy_gain_paired"]
     d = np.array([1, 0, 1, -1, 0], float)
     assert g["n"] == 5 and g["mean"] == pytest.approx(d.mean()) and g["sem"] == pytest.approx(d.std(ddof=1) / 5**0.5)
 

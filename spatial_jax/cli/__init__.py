@@ -20,6 +20,7 @@ COMMANDS = {
     "score": ("spatial_jax.cli.score", "score rollouts from a JSONL file with a method's reward"),
     "gen-data": ("spatial_jax.cli.gen_data", "write the synthetic spatial world to JSONL + PNG files"),
     "sft": ("spatial_jax.cli.sft", "supervised cold start (completion-only cross-entropy)"),
+    "pretrain": ("spatial_jax.cli.pretrain", "pre-train the tiny base on the synthetic world (a HF checkpoint)"),
     "train": ("spatial_jax.cli.train", "RL post-training (GRPO / GSPO) with a method's reward"),
     "eval": ("spatial_jax.cli.eval", "evaluate a checkpoint on a JSONL dataset"),
     "pseudo-gt": ("spatial_jax.cli.pseudo_gt", "fill pseudo-GT boxes from a local zero-shot detector (A.3)"),

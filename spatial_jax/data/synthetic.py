@@ -441,32 +441,28 @@ def _fmt_center(o: SceneObject, frame) -> str:
 
 
 def _reasoning(objects: Sequence[SceneObject], q: Question, frame) -> str:
-    """A short correct argument from the scene, coordinates written in `frame` (normalised or pixels)."""
+    """A short correct argument from the scene, coordinates written in `frame` (normalised or pixels): each answer
+    follows from the positions or sizes it quotes, which the boxes written before it give."""
     kind, p = q.reasoning
     if kind == "relative":
         i, j, d = p
         a, b = objects[i], objects[j]
         axis = "x" if d in ("left", "right") else "y"
-        return (
-            f"The {a.label} is centred at {_fmt_center(a, frame)} and the {b.label} at {_fmt_center(b, frame)}. "
-            f"The {axis} difference dominates, so the {a.label} is {PREDICATES[d]} the {b.label}."
-        )
+        return (f"Centres: {a.label} {_fmt_center(a, frame)}, {b.label} {_fmt_center(b, frame)}. "
+                f"The {axis} gap dominates: the {a.label} is {PREDICATES[d]} the {b.label}.")
     if kind == "size":
         chosen, which, best = p
-        parts = ", ".join(f"the {objects[i].label} is {_side(objects[i], frame)} wide" for i in chosen)
-        return f"Comparing sizes: {parts}. The {which} of the listed objects is the {objects[best].label}."
+        parts = ", ".join(f"{objects[i].label} {_side(objects[i], frame)}" for i in chosen)
+        return f"Widths: {parts}. The {which} is the {objects[best].label}."
     if kind == "nearest":
         ref, present, nearest = p
         r = objects[ref]
-        parts = ", ".join(f"the {objects[i].label} at {_fmt_center(objects[i], frame)}" for i in present)
-        return (
-            f"The {r.label} is centred at {_fmt_center(r, frame)}. Candidates: {parts}. "
-            f"The closest is the {objects[nearest].label}."
-        )
+        parts = ", ".join(f"{objects[i].label} {_fmt_center(objects[i], frame)}" for i in present)
+        return f"Centres: {r.label} {_fmt_center(r, frame)}; {parts}. The closest is the {objects[nearest].label}."
     if kind == "counting":
         members, count = p
-        names = ", ".join(f"the {objects[i].label}" for i in members)
-        return f"Matching objects: {names}. That makes {count}."
+        names = ", ".join(objects[i].label for i in members)
+        return f"Matching: {names}. Count: {count}."
     i, j, answer = p
     a, b = objects[i], objects[j]
     (ax, ay), (bx, by) = a.center, b.center

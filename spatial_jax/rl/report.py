@@ -47,9 +47,11 @@ def read_json(path: str | Path) -> Any:
         return None
 
 
-def compare_stages(run_dir: Path) -> dict[str, Any]:
+def compare_stages(run_dir: Path, results: dict[str, Any]) -> dict[str, Any]:
     """Accuracy after RL minus after SFT, paired question by question over the held-out rows both evaluations
-    scored (its standard error is that of the paired difference); {} unless both evaluations are there."""
+    scored (its standard error is that of the paired difference); {} unless this job evaluated both stages."""
+    if not (results.get("after_sft") and results.get("after_rl")):
+        return {}
     sft, rl = read_json(run_dir / "eval_sft.json"), read_json(run_dir / "eval_rl.json")
     if not (isinstance(sft, dict) and isinstance(rl, dict) and "rows" in sft and "rows" in rl):
         return {}

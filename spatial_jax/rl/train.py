@@ -105,7 +105,7 @@ class Trainer(Workspace):
                     results["after_rl"] = self.evaluate("rl")
         if not self.primary:
             return results
-        results.update(report.compare_stages(self.run_dir))
+        results.update(report.compare_stages(self.run_dir, results))
         report.write_json(self.run_dir / "summary.json", results)
         curves = report.plot(self.run_dir, results)
         if curves:

@@ -1,0 +1,73 @@
+"""The grounding-pretrained base: the tiny Qwen3-VL-shaped policy trained from random initialisation on the synthetic
+world, written as a Hugging Face checkpoint (config.json, model.safetensors, the tokenizer) that `from_pretrained`
+and transformers both load.
+
+Pre-training is the train job's supervised stage (completion-only cross-entropy on the world's reference
+completions) with the vision tower trained too, run to its end in its own run directory (so an interrupted
+pre-training resumes), then exported. Everything is a function of the config and its seeds, so the same command on
+the same machine writes the same bytes; `manifest.json` records the config and each file's SHA-256.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from spatial_jax.config import ConfigError, to_dict
+from spatial_jax.models.hf_io import save_pretrained
+from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.train import train
+from spatial_jax.rl.workspace import Workspace
+
+MANIFEST = "manifest.json"
+
+
+def pretrain_config(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` as a pre-training job: its SFT stage alone, no evaluation; refuses what would not be from scratch."""
+    if cfg.sft.steps < 1:
+        raise ConfigError("sft.steps must be >= 1 for `spatial-jax pretrain`")
+    if cfg.policy.checkpoint:
+        raise ConfigError("policy.checkpoint must be empty: pre-training starts from random initialisation")
+    if not cfg.policy.train_vision:
+        raise ConfigError("policy.train_vision must be true: the base's vision tower learns the world too")
+    if cfg.policy.lora.rank or cfg.policy.lora.vision_rank:
+        raise ConfigError("policy.lora ranks must be 0: pre-training trains every weight")
+    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, steps=0),
+                               eval=dataclasses.replace(cfg.eval, after_sft=False, after_rl=False))
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_hashes(out: Path) -> dict[str, str]:
+    """SHA-256 of every file of the checkpoint directory but the manifest, by relative path."""
+    return {str(p.relative_to(out)): sha256(p) for p in sorted(out.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+def export(cfg: TrainConfig, out: str | Path) -> dict[str, Any]:
+    """Writes the run's final weights as a Hugging Face checkpoint with its tokenizer and manifest; returns the
+    manifest."""
+    job = Workspace(cfg)
+    if job.load_latest() != "sft":
+        raise ConfigError(f"{cfg.run_dir} holds no finished pre-training checkpoint")
+    out = Path(out)
+    save_pretrained(job.model, out)
+    job.tok.save(out)
+    manifest = {"config": to_dict(cfg), "files": file_hashes(out)}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return manifest
+
+
+def pretrain(cfg: TrainConfig, out: str | Path) -> dict[str, Any]:
+    """Pre-trains (resuming a run directory's unfinished pre-training) and exports to `out`."""
+    cfg = pretrain_config(cfg)
+    train(cfg)
+    return export(cfg, out)

@@ -1,0 +1,77 @@
+"""`spatial-jax pretrain`: from scratch to a Hugging Face checkpoint that transformers loads with the JAX policy's
+logits, byte-identical when regenerated; the shipped base (checkpoints/tiny_base) is such a checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from spatial_jax import config as C
+from spatial_jax.config import ConfigError
+from spatial_jax.data.pipeline import eval_iterator
+from spatial_jax.data.prompts import THINK_BOXES
+from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.policy import build_mesh, build_policy
+from spatial_jax.rl.pretrain import MANIFEST, file_hashes, pretrain, pretrain_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "checkpoints" / "tiny_base"
+TOL = 1e-4
+QUICK = ["sft.steps=2", "sft.batch_size=2", "data.train=synthetic:train:8", "data.eval=synthetic:heldout:2",
+         "progress=false"]
+
+
+def _cfg(run_dir, *extra) -> TrainConfig:
+    return C.load(TrainConfig, ROOT / "configs" / "pretrain_tiny.toml", [f"run_dir={run_dir}", *QUICK, *extra])
+
+
+def _logits_agree(checkpoint: Path, cfg: TrainConfig) -> float:
+    """Largest |JAX - transformers| logit over the real tokens of two held-out prompts with their images."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    policy = build_policy(C.apply_overrides(cfg.policy, [f"checkpoint={checkpoint}"]), build_mesh(cfg.mesh))
+    batch = next(iter(eval_iterator(cfg.data, policy.tokenizer, THINK_BOXES, 2, image_cfg=policy.image_cfg)))
+    ids, mask = np.asarray(batch.input_ids), np.asarray(batch.attention_mask)
+    ours = np.asarray(policy.model(ids, pixel_values=batch.pixel_values, image_grid_thw=batch.image_grid_thw,
+                                   attention_mask=mask)[0])
+    hf = Qwen3VLForConditionalGeneration.from_pretrained(checkpoint).float().eval()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.from_numpy(ids.astype(np.int64)), attention_mask=torch.from_numpy(mask),
+                 pixel_values=torch.from_numpy(np.asarray(batch.pixel_values)),
+                 image_grid_thw=torch.from_numpy(np.asarray(batch.image_grid_thw)),
+                 mm_token_type_ids=torch.from_numpy((ids == policy.model.cfg.image_token_id).astype(np.int64))).logits
+    return float(np.abs(ours - ref.numpy())[mask > 0].max())
+
+
+def test_pretrain_writes_a_checkpoint_transformers_reads_and_regenerates_it_bit_for_bit(tmp_path):
+    cfg = _cfg(tmp_path / "run")
+    manifest = pretrain(cfg, tmp_path / "base")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(manifest["files"])
+    assert json.loads((tmp_path / "base" / MANIFEST).read_text())["files"] == file_hashes(tmp_path / "base")
+    assert _logits_agree(tmp_path / "base", cfg) < TOL
+    again = pretrain(_cfg(tmp_path / "run2"), tmp_path / "base2")
+    assert again["files"] == manifest["files"]  # same seed, same bytes
+
+
+@pytest.mark.parametrize("override, match", [
+    ("sft.steps=0", "sft.steps"),
+    ("policy.checkpoint=x", "policy.checkpoint"),
+    ("policy.train_vision=false", "train_vision"),
+    ("policy.lora.rank=4", "lora"),
+])
+def test_pretrain_refuses_what_is_not_from_scratch(override, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        pretrain_config(_cfg(tmp_path, override))
+
+
+@pytest.mark.skipif(not (SHIPPED / MANIFEST).exists(), reason="the base checkpoint is not shipped in this tree")
+def test_shipped_base_matches_its_manifest_and_transformers():
+    manifest = json.loads((SHIPPED / MANIFEST).read_text())
+    assert manifest["files"] == file_hashes(SHIPPED)
+    main = C.load(TrainConfig, ROOT / "configs" / "tiny_cpu.toml")
+    assert main.policy.checkpoint == "checkpoints/tiny_base"
+    assert _logits_agree(SHIPPED, main) < TOL
