@@ -1,0 +1,132 @@
+"""SpatialCORE's Table 3 in miniature: the main job's RL stage with the reward as specified and with one part of it
+switched off, over several seeds, from the same SFT start per seed.
+
+    python benchmarks/learning.py [--config configs/tiny_cpu.toml] [--seeds 0 1 2] [--out benchmarks/out/learning]
+                                  [--results benchmarks/RESULTS.md] [key=value ...]
+
+Per seed: one SFT run (the main job's SFT stage and its held-out evaluation), then one GRPO run per variant starting
+from a copy of that SFT checkpoint (the SFT stage's weights do not depend on the reward, so the copy is what each
+variant's own SFT would be). Variants: SpatialCORE as specified; beta = 1 (no confidence weighting); gamma = 1 (no
+answer gate); no validity weighting; answer + format reward only (lambda_s = 0). Reported per variant after RL on
+the held-out split: accuracy, matched IoU, mean box uncertainty H, Spearman rho(H, IoU), each as mean and standard
+error over seeds, with the SFT start as the first row. key=value overrides apply to every run (e.g. a shorter
+rl.steps or eval.max_samples for a reduced run). The table is printed and, with --results, written into that file
+between this benchmark's markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from spatial_jax import config as C
+from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.train import train
+
+# row name -> (run directory name, reward overrides)
+VARIANTS = {
+    "SpatialCORE (as specified)": ("spatialcore", []),
+    "beta = 1 (no confidence weighting)": ("beta1", ["rewards.spatialcore.beta=1.0"]),
+    "gamma = 1 (no answer gate)": ("gamma1", ["rewards.spatialcore.gamma=1.0"]),
+    "no validity weighting": ("no_validity", ["rewards.spatialcore.validity_weighting=false"]),
+    "answer + format only": ("answer_format", ["rewards.spatialcore.lambda_s=0.0"]),
+}
+COLUMNS = ("accuracy", "matched IoU", "mean H", "rho(H, IoU)")
+BEGIN, END = "<!-- learning.py: begin -->", "<!-- learning.py: end -->"
+
+
+def figures(summary: dict) -> dict[str, float | None]:
+    """One evaluation's Table 3 columns (None where there was nothing to measure)."""
+    return {"accuracy": summary["accuracy"]["mean"], "matched IoU": summary["mean_matched_iou"]["mean"],
+            "mean H": summary["mean_H"]["mean"], "rho(H, IoU)": summary["boxes"]["rho_H_iou"]}
+
+
+def over_seeds(values: list[float | None]) -> str:
+    x = np.array([v for v in values if v is not None], np.float64)
+    if x.size == 0:
+        return "n/a"
+    sem = x.std(ddof=1) / math.sqrt(x.size) if x.size > 1 else float("nan")
+    return f"{x.mean():.3f} ± {sem:.3f}" if x.size > 1 else f"{x.mean():.3f}"
+
+
+def run_seed(config: str, out: Path, seed: int, overrides: list[str]) -> dict[str, dict]:
+    """The SFT start and every variant's RL run for one seed; returns {row name: figures}."""
+    sft_dir = out / f"seed{seed}" / "sft_start"
+    quiet = ["progress=false", "tensorboard=false"]
+    cfg = C.load(TrainConfig, config, [f"run_dir={sft_dir}", f"seed={seed}", *quiet, *overrides, "rl.steps=0"])
+    rows = {"SFT start": figures(train(cfg)["after_sft"])}
+    for name, (directory, extra) in VARIANTS.items():
+        run_dir = out / f"seed{seed}" / directory
+        if not (run_dir / "sft").exists():
+            shutil.copytree(sft_dir / "sft", run_dir / "sft")
+        cfg = C.load(TrainConfig, config, [f"run_dir={run_dir}", f"seed={seed}", "eval.after_sft=false", *quiet,
+                                           *overrides, *extra])
+        rows[name] = figures(train(cfg)["after_rl"])
+    return rows
+
+
+def direction(per_seed: list[dict[str, dict]], name: str) -> str:
+    """Table 3's direction for an ablation row: SpatialCORE's accuracy above this row's, seed by seed."""
+    full = next(iter(VARIANTS))
+    if name == full:
+        return ""
+    d = [s[full]["accuracy"] - s[name]["accuracy"] for s in per_seed]
+    verdict = "holds" if np.mean(d) > 0 else "does not hold"
+    if len(d) > 1 and np.mean(d) > 2 * np.std(d, ddof=1) / math.sqrt(len(d)):
+        verdict += " (> 2 s.e.)"
+    return f"{over_seeds(d)}: {verdict}"
+
+
+def table(per_seed: list[dict[str, dict]], seeds: list[int], note: str) -> str:
+    names = list(per_seed[0])
+    lines = [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds. {note} The last column is "
+             "SpatialCORE's accuracy minus the row's, per seed (Table 3: every ablation loses accuracy).", "",
+             "| run | " + " | ".join(COLUMNS) + " | SpatialCORE - row |", "|---|" + "---|" * (len(COLUMNS) + 1)]
+    for name in names:
+        cells = [over_seeds([s[name][c] for s in per_seed]) for c in COLUMNS]
+        cells.append(direction(per_seed, name) if name in VARIANTS else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_results(path: Path, text: str) -> None:
+    """Replaces this benchmark's section of RESULTS.md (between its markers), or appends it."""
+    body = path.read_text(encoding="utf-8")
+    section = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in body and END in body:
+        body = body[: body.index(BEGIN)] + section + body[body.index(END) + len(END):]
+    else:
+        body = body.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(body, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="configs/tiny_cpu.toml")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--out", default="benchmarks/out/learning")
+    p.add_argument("--results", default=None, help="RESULTS.md to write the table into")
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    args = p.parse_args(argv)
+    C.load(TrainConfig, args.config, args.overrides)  # a bad setting fails before any run
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    per_seed = [run_seed(args.config, out, s, list(args.overrides)) for s in args.seeds]
+    minutes = (time.perf_counter() - t0) / 60
+    note = (f"Config {args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else "") +
+            f"; {minutes:.0f} min wall.")
+    text = table(per_seed, args.seeds, note)
+    print(text)
+    if args.results:
+        write_results(Path(args.results), text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
