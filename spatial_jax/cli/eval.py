@@ -213,16 +213,11 @@ def run_benchmarks(args) -> int:
 
 
 def _summary_markdown(protocol, combined) -> str:
-    import math
+    from spatial_jax.eval.benchmarks.table import columns
 
     rule = {"official": "each benchmark's official overall", "category_size": "accuracy weighted by the official "
             "category sizes", "task_mean": "unweighted mean over task types"}[protocol.rule]
-    lines = [f"### {protocol.name} ({rule})", "", "| benchmark | score (%) | ± s.e. | n |", "|---|---:|---:|---:|"]
-    for name, cell in combined.items():
-        mean = "–" if not math.isfinite(cell.mean) else f"{100 * cell.mean:.2f}"
-        sem = "–" if not math.isfinite(cell.sem) else f"{100 * cell.sem:.2f}"
-        lines.append(f"| {name} | {mean} | {sem} | {cell.n} |")
-    return "\n".join(lines)
+    return f"### {protocol.name} ({rule})\n\n" + columns(list(combined.items()))
 
 
 def _generate(args, protocol, plan, records, title):

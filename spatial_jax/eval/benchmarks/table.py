@@ -68,11 +68,19 @@ class Table:
         }
 
     def markdown(self) -> str:
-        lines = [f"### {self.benchmark} ({self.variant})", "", f"overall: {self.rule}", "",
-                 "| | score (%) | ± s.e. | n |", "|---|---:|---:|---:|"]
-        for name, cell in [*self.categories.items(), *self.groups.items(), ("**Overall**", self.overall)]:
-            lines.append(f"| {name} | {_pct(cell.mean)} | {_pct(cell.sem)} | {cell.n} |")
-        return "\n".join(lines)
+        """The paper's layout: one column per category (then the groups and the overall), rows score, s.e., n."""
+        cells = [*self.categories.items(), *self.groups.items(), ("**Overall**", self.overall)]
+        return f"### {self.benchmark} ({self.variant})\n\noverall: {self.rule}\n\n" + columns(cells)
+
+
+def columns(cells: Sequence[tuple[str, Cell]]) -> str:
+    """A Markdown table with the cells as columns and rows score (%), ± s.e., n."""
+    head = "| | " + " | ".join(name for name, _ in cells) + " |"
+    rule = "|---|" + "---:|" * len(cells)
+    rows = [f"| {label} | " + " | ".join(fmt(c) for _, c in cells) + " |"
+            for label, fmt in (("score (%)", lambda c: _pct(c.mean)), ("± s.e.", lambda c: _pct(c.sem)),
+                               ("n", lambda c: str(c.n)))]
+    return "\n".join([head, rule, *rows])
 
 
 def _pct(x: float) -> str:
