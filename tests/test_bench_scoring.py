@@ -69,6 +69,8 @@ def test_the_hand_computed_mra_values():
     assert mra(2.5, 2.2) == pytest.approx(0.8) and mra(4, 4) == 1.0 and mra(10, 1) == 0.0
     # SPAR's view-change axes score MRA(gt, pred) (swapped): gt -30 against pred 0 divides by 0 -> |-30| -> 0
     assert mra(-30, 0, zero_target_absolute=True) == 0.0 and mra(0, 0, zero_target_absolute=True) == 1.0
+    # defined scores where the official code would divide by zero or compare a NaN
+    assert mra(0, 0) == 1.0 and mra(1, 0) == 0.0 and mra(float("nan"), 2) == 0.0 and mra(float("inf"), 2) == 0.0
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

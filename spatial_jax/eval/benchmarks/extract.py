@@ -13,9 +13,15 @@ THRESHOLDS = np.linspace(0.5, 0.95, int((0.95 - 0.5) / 0.05 + 2))
 
 
 def mra(pred: float, target: float, zero_target_absolute: bool = False) -> float:
-    """Mean relative accuracy. zero_target_absolute: SPAR-Bench's variant, |pred - gt| when gt == 0."""
+    """Mean relative accuracy. zero_target_absolute: SPAR-Bench's variant, |pred - gt| when gt == 0. Otherwise a
+    zero target (which the official code divides by) scores the limit of the relative error: 1 for an exact 0, else 0;
+    a non-finite prediction scores 0."""
+    if not np.isfinite(pred):
+        return 0.0
     if zero_target_absolute and target == 0:
         dist = abs(pred - target)
+    elif target == 0:
+        return float(pred == 0)
     else:
         dist = abs((pred - target) / target)
     return float(np.mean(dist <= 1 - THRESHOLDS))
