@@ -7,7 +7,9 @@ detection. A single-process run is left alone.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -53,3 +55,36 @@ def to_host(x) -> np.ndarray:
 def is_primary() -> bool:
     """Whether this process writes the run's files (logs, metrics, reports): process 0 of the cluster."""
     return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+    """Waits until every process reaches the point `name` (e.g. until the first one has written files the others
+    read next); a no-op in a single-process run."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+def allgather_rows(x: np.ndarray) -> np.ndarray:
+    """Every process's `x` concatenated along axis 0 in process order; the row counts may differ between processes,
+    the other dimensions may not. `x` itself in a single-process run."""
+    x = np.asarray(x)
+    if jax.process_count() == 1:
+        return x
+    counts = multihost_utils.process_allgather(np.asarray(x.shape[0], np.int64)).reshape(-1)
+    padded = np.zeros((int(counts.max()), *x.shape[1:]), x.dtype)
+    padded[: x.shape[0]] = x
+    everyone = multihost_utils.process_allgather(padded)  # [processes, most rows, ...]
+    return np.concatenate([rows[:n] for rows, n in zip(everyone, counts)], axis=0)
+
+
+def allgather_json(obj: Any) -> list[Any]:
+    """Every process's JSON-ready `obj` (numpy scalars become floats), in process order: small host records such as
+    per-rollout scores. [obj] in a single-process run."""
+    if jax.process_count() == 1:
+        return [obj]
+    raw = np.frombuffer(json.dumps(obj, default=float).encode(), np.uint8)
+    counts = multihost_utils.process_allgather(np.asarray(raw.size, np.int64)).reshape(-1)
+    padded = np.zeros(int(counts.max()), np.uint8)
+    padded[: raw.size] = raw
+    everyone = multihost_utils.process_allgather(padded)
+    return [json.loads(bytes(row[:n])) for row, n in zip(everyone, counts)]

@@ -3,8 +3,11 @@
 Two CPU processes of 2 devices each join one JAX cluster through JAX_COORDINATOR_ADDRESS (as `spatial-jax train`
 does on a GPU cluster or TPU pod), run an SFT cold start and GRPO steps with evaluation, and must end with the
 parameters of a single process holding all 4 devices (to 1e-5: the reductions may group differently), with one set of
-files written (only the first process writes logs and reports). The reward is SpatialCORE's with a dense test term
+files written (only the first process writes logs and reports). Each process reads and scores only its half of every
+batch (counted in the metrics). The reward is SpatialCORE's with a dense test term
 (spatial_jax/testing/dense_methods.py), so the RL steps move the weights and the comparison is not between no-ops.
+The job's Hugging Face export, written from weights sharded across the two processes, loads in transformers with the
+JAX policy's logits (1e-4), and `spatial-jax export` on the run writes the same tensors.
 """
 
 import json
@@ -17,10 +20,15 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from test_export import TOL, export_error
 
 import spatial_jax.methods
 from spatial_jax import config as C
+from spatial_jax.cli import main
+from spatial_jax.data.pipeline import eval_iterator
+from spatial_jax.models.hf_io import _CheckpointReader
 from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.workspace import Workspace
 from spatial_jax.testing import dense_methods
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,10 +107,32 @@ def test_two_processes_train_like_one(dense, tmp_path):
 
     rl_rows = [json.loads(line) for line in (tmp_path / "cluster" / "rl" / "metrics.jsonl").open()]
     assert all(row["loss/grad_norm"] > 1e-3 for row in rl_rows)  # not rounding noise (~1e-7) of a constant reward
+    # each process read one of the 2 prompts of a step and scored its 2 rollouts; one process alone reads both
+    single_rows = [json.loads(line) for line in (tmp_path / "single" / "rl" / "metrics.jsonl").open()]
+    for rows, prompts in ((rl_rows, 1), (single_rows, 2)):
+        for row in rows:
+            assert row["host/prompts_read_min"] == row["host/prompts_read_max"] == prompts
+            assert row["host/rollouts_scored_min"] == row["host/rollouts_scored_max"] == 2 * prompts
 
     cluster_params, single_params = _params(tmp_path / "cluster"), _params(tmp_path / "single")
     diffs = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), cluster_params, single_params)
     moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), single_params, _params(tmp_path / "single", "sft"))
     assert max(jax.tree.leaves(moved)) > 1e-4  # the RL stage trained: the comparison is not between two no-ops
     assert max(jax.tree.leaves(diffs)) <= 1e-5
+
+    # the export at the end of the job, gathered from both processes' shards, is the trained policy for transformers
+    job = Workspace(C.load(TrainConfig, None, [f"run_dir={tmp_path / 'cluster'}", *JOB]))
+    assert job.load_latest() == "rl"
+    batch = next(eval_iterator(job.cfg.data, job.tok, job.method.prompt, 2, image_cfg=job.policy.image_cfg))
+    hf = tmp_path / "cluster" / "hf"
+    assert summary["hf_checkpoint"] == str(hf) and (hf / "tokenizer.json").exists()
+    ids, mask = batch.input_ids, batch.attention_mask
+    assert export_error(job.model, hf, ids, mask, batch.pixel_values, batch.image_grid_thw) < TOL
+    # on demand: the command on the finished run writes the same tensors, in bfloat16 when asked
+    assert main(["export", "--run-dir", str(tmp_path / "cluster"), "--out", str(tmp_path / "again"),
+                 "--dtype", "bfloat16"]) == 0
+    ours, again = _CheckpointReader(hf), _CheckpointReader(tmp_path / "again")
+    assert ours.names() == again.names()
+    for name in ours.names():
+        np.testing.assert_allclose(again.get(name).astype(np.float32), ours.get(name), rtol=1e-2, atol=1e-6)
 

@@ -23,6 +23,7 @@ COMMANDS = {
     "pretrain": ("spatial_jax.cli.pretrain", "pre-train the tiny base on the synthetic world (a HF checkpoint)"),
     "train": ("spatial_jax.cli.train", "RL post-training (GRPO / GSPO) with a method's reward"),
     "eval": ("spatial_jax.cli.eval", "evaluate a checkpoint on a JSONL dataset"),
+    "export": ("spatial_jax.cli.export", "write a run's newest checkpoint as a Hugging Face checkpoint (LoRA merged)"),
     "pseudo-gt": ("spatial_jax.cli.pseudo_gt", "fill pseudo-GT boxes from a local zero-shot detector (A.3)"),
     "corrupt": ("spatial_jax.cli.corrupt", "corrupt a share of a dataset's pseudo-GT boxes (A.3 robustness test)"),
     "filter-sft": ("spatial_jax.cli.filter_sft", "keep samples whose reference completion passes ProSR's filters"),

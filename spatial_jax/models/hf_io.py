@@ -3,14 +3,17 @@
 Reads `config.json` + `*.safetensors` (single file or sharded with `model.safetensors.index.json`) and writes the
 same layout that transformers' `Qwen3VLForConditionalGeneration.from_pretrained` loads. The safetensors container
 is read and written here directly (8-byte header length, JSON header, raw little-endian data) so bfloat16 works with
-numpy through ml_dtypes.
+numpy through ml_dtypes, and a save streams tensor by tensor from weights sharded over any number of processes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +24,9 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
+from spatial_jax.distributed import barrier, is_primary, to_host
 from spatial_jax.models.config import DType, LoRAConfig, ModelConfig, RematPolicy
-from spatial_jax.models.lora import merge_lora, reset_adapters
+from spatial_jax.models.lora import LoRALinear, reset_adapters
 from spatial_jax.models.qwen3_vl import Qwen3VL
 from spatial_jax.models.sharding import logical_to_spec, shard_model, variable_names
 
@@ -58,25 +62,31 @@ def read_tensor(path: str | Path, header: dict[str, Any], data_start: int, name:
     return np.asarray(mm).view(dtype.newbyteorder("<")).reshape(shape)
 
 
-def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
+def _safetensors_header(entries: list[tuple[str, np.dtype, tuple[int, ...]]]) -> bytes:
+    """The length-prefixed JSON header for tensors (name, dtype, shape) laid out back to back in this order."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
-    arrays = []
-    for name, arr in tensors.items():
-        arr = np.ascontiguousarray(arr)
-        if arr.dtype not in _ST_NAMES:
-            raise ValueError(f"cannot write {name} with dtype {arr.dtype}")
-        header[name] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + arr.nbytes]}
-        offset += arr.nbytes
-        arrays.append(arr)
+    for name, dtype, shape in entries:
+        if dtype not in _ST_NAMES:
+            raise ValueError(f"cannot write {name} with dtype {dtype}")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        header[name] = {"dtype": _ST_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def _write_tensor(f, arr: np.ndarray) -> None:
+    f.write(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
+    arrays = {name: np.asarray(arr) for name, arr in tensors.items()}
     with open(path, "wb") as f:
-        f.write(len(raw).to_bytes(8, "little"))
-        f.write(raw)
-        for arr in arrays:
-            f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+        f.write(_safetensors_header([(name, arr.dtype, arr.shape) for name, arr in arrays.items()]))
+        for arr in arrays.values():
+            _write_tensor(f, arr)
 
 
 class _CheckpointReader:
@@ -240,51 +250,101 @@ def from_pretrained(
     return model
 
 
+def _hf_shape(path: tuple, shape: tuple, cfg: ModelConfig) -> tuple[int, ...]:
+    """The shape `_to_hf` gives a tensor of our `shape` (known before any value is fetched)."""
+    if path[-1] == "kernel" and path[:2] == ("visual", "patch_embed"):
+        v = cfg.vision
+        return (v.hidden_size, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size)
+    if path[-1] == "kernel" or path == ("lm_head",):
+        return tuple(reversed(shape))
+    return tuple(shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tensor:
+    """One HF tensor of an export: `value()` is the (possibly sharded) device array of variable `var_path`, adapters
+    merged; `layer` picks one layer of a stacked (scanned) variable."""
+
+    name: str
+    path: tuple  # the per-layer path, for _to_hf
+    shape: tuple[int, ...]  # HF shape
+    var_path: tuple
+    layer: int | None
+    value: Callable[[], jax.Array]
+
+
+def _export_plan(model: Qwen3VL) -> list[_Tensor]:
+    cfg: ModelConfig = model.cfg
+    adapted = {tuple(p): node for p, node in nnx.iter_graph(model) if isinstance(node, LoRALinear) and node.rank > 0}
+    plan = []
+    for var_path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        if hf_name(var_path) is None:
+            continue
+        layer = adapted.get(tuple(var_path[:-1])) if var_path[-1] == "kernel" else None
+        value = layer.merged_kernel if layer is not None else var.get_value
+        shape = tuple(var.get_value().shape)
+        per_layer = _layer_paths(var_path, cfg)
+        if per_layer is None:
+            plan.append(_Tensor(hf_name(var_path), var_path, _hf_shape(var_path, shape, cfg), var_path, None, value))
+        else:
+            plan.extend(_Tensor(hf_name(p), p, _hf_shape(p, shape[1:], cfg), var_path, i, value)
+                        for i, p in enumerate(per_layer))
+    return plan
+
+
 def save_pretrained(model: Qwen3VL, path: str | os.PathLike, *, dtype: DType | None = None,
                     max_shard_bytes: int = 4 * 2**30) -> None:
     """Writes config.json + safetensors (sharded with an index when larger than max_shard_bytes), adapters merged.
 
-    Parameters are gathered to this host; `dtype` (default: the parameter dtype) is the saved dtype.
+    Streamed one tensor (one layer of a stacked variable) at a time, so the host holds one tensor, not the model, and
+    adapters are merged per layer on the device. Weights sharded across processes (multi-host) are gathered with
+    `process_allgather`: every process takes part, in the same order; only the first process writes (its file
+    system alone needs `path`), and the others return once the files are complete. `dtype` (default: the
+    parameter dtype) is the saved dtype.
     """
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     cfg: ModelConfig = model.cfg
     saved = dtype or cfg.param_dtype
     out_dtype = np.dtype(ml_dtypes.bfloat16) if saved == "bfloat16" else np.dtype(saved)
-    merged = merge_lora(model)
-    tensors: dict[str, np.ndarray] = {}
-    for var_path, var in nnx.to_flat_state(nnx.state(merged, nnx.Param)):
-        name = hf_name(var_path)
-        if name is None:
-            continue
-        w = np.asarray(jax.device_get(var.get_value()))
-        per_layer = _layer_paths(var_path, cfg)
-        for p, wp in [(var_path, w)] if per_layer is None else zip(per_layer, w):
-            tensors[hf_name(p)] = _to_hf(p, wp, cfg).astype(out_dtype)
-    shards: list[dict[str, np.ndarray]] = [{}]
+    plan = _export_plan(model)
+    itemsize = out_dtype.itemsize
+    shards: list[list[_Tensor]] = [[]]
     size = 0
-    for name, arr in tensors.items():
-        if size and size + arr.nbytes > max_shard_bytes:
-            shards.append({})
+    for t in plan:
+        nbytes = int(np.prod(t.shape, dtype=np.int64)) * itemsize
+        if size and size + nbytes > max_shard_bytes:
+            shards.append([])
             size = 0
-        shards[-1][name] = arr
-        size += arr.nbytes
-    # files of an earlier save in the other layout would shadow this one
-    for stale in [*path.glob("model-*-of-*.safetensors"), path / "model.safetensors",
-                  path / "model.safetensors.index.json"]:
-        if stale.exists():
-            stale.unlink()
-    if len(shards) == 1:
-        write_safetensors(path / "model.safetensors", shards[0])
-    else:
-        weight_map = {}
-        for i, shard in enumerate(shards):
-            fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            write_safetensors(path / fname, shard)
-            weight_map.update({n: fname for n in shard})
-        total = sum(a.nbytes for a in tensors.values())
-        (path / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
-        )
-    saved_dtype = "bfloat16" if out_dtype == np.dtype(ml_dtypes.bfloat16) else str(out_dtype)
-    (path / "config.json").write_text(json.dumps(cfg.to_hf(torch_dtype=saved_dtype), indent=2))
+        shards[-1].append(t)
+        size += nbytes
+    names = ["model.safetensors"] if len(shards) == 1 else [
+        f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    write = is_primary()
+    if write:
+        path.mkdir(parents=True, exist_ok=True)
+        # files of an earlier save in the other layout would shadow this one
+        for stale in [*path.glob("model-*-of-*.safetensors"), path / "model.safetensors",
+                      path / "model.safetensors.index.json"]:
+            if stale.exists():
+                stale.unlink()
+    held: tuple[tuple | None, jax.Array | None] = (None, None)  # the stacked variable whose layers are being written
+    for fname, shard in zip(names, shards):
+        with open(path / fname, "wb") if write else contextlib.nullcontext() as f:
+            if f is not None:
+                f.write(_safetensors_header([(t.name, out_dtype, t.shape) for t in shard]))
+            for t in shard:
+                if held[0] != t.var_path:
+                    held = (t.var_path, t.value())
+                w = to_host(held[1] if t.layer is None else held[1][t.layer])
+                if f is not None:
+                    _write_tensor(f, _to_hf(t.path, w, cfg).astype(out_dtype))
+    if write:
+        if len(shards) > 1:
+            total = sum(int(np.prod(t.shape, dtype=np.int64)) * itemsize for t in plan)
+            weight_map = {t.name: fname for fname, shard in zip(names, shards) for t in shard}
+            (path / "model.safetensors.index.json").write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+            )
+        saved_dtype = "bfloat16" if out_dtype == np.dtype(ml_dtypes.bfloat16) else str(out_dtype)
+        (path / "config.json").write_text(json.dumps(cfg.to_hf(torch_dtype=saved_dtype), indent=2))
+    barrier("save_pretrained")

@@ -179,6 +179,7 @@ class TrainConfig:
     rewards: Any = dataclasses.field(default_factory=lambda: rewards_config_type()())  # typed in __post_init__
     tensorboard: bool = True
     progress: bool = True
+    export_hf: bool = True  # at the end of the job, the policy as a Hugging Face checkpoint in <run_dir>/hf
 
     def __post_init__(self):
         get_method(self.method)  # an unknown name fails here, listing the registered ones

@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spatial_jax.config import to_dict
-from spatial_jax.data.pipeline import Batch, eval_iterator, open_source, train_iterator
+from spatial_jax.config import ConfigError, to_dict
+from spatial_jax.data.pipeline import Batch, eval_iterator, open_source
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.eval.evaluate import evaluate
 from spatial_jax.rewards.advantages import group_advantages
@@ -33,6 +33,7 @@ from spatial_jax.rl.optim import lr_schedule, make_optimizer
 from spatial_jax.rl.workspace import Workspace, check_resumable, trained_settings
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions
+from spatial_jax.rollout.hosts import HostShare
 
 
 def _seed(cfg: TrainConfig, stage: int, step: int) -> int:
@@ -80,16 +81,35 @@ def open_inputs(cfg: TrainConfig) -> None:
             raise DatasetError(f"{key}: {spec} holds no sample")
 
 
+def check_host_split(cfg: TrainConfig, processes: int) -> None:
+    """Each process reads an equal block of every batch: the batch sizes the job uses must split among them (not
+    for multi-turn tool rollouts, where every process reads the whole batch)."""
+    if cfg.plugin.uses_tools and cfg.rl.max_tool_turns > 0:
+        return
+    sizes = {"sft.batch_size": cfg.sft.batch_size if cfg.sft.steps > 0 else 0,
+             "rl.prompts_per_step": cfg.rl.prompts_per_step if cfg.rl.steps > 0 else 0}
+    for key, size in sizes.items():
+        if size % processes:
+            raise ConfigError(f"{key}={size} does not split among the {processes} processes of the cluster: each "
+                              "reads an equal block of every batch")
+
+
 class Trainer(Workspace):
     """One run directory's training job; `run()` does every configured stage, resuming where it stopped."""
 
     def __init__(self, cfg: TrainConfig, record_config: bool = True):
         super().__init__(cfg, record_config=record_config)
+        # multi-host: each process reads, rolls out and scores its own block of every batch (rollout/hosts.py),
+        # except for multi-turn tool rollouts, whose tool loop needs every prompt on each process
+        tools = self.method.uses_tools and cfg.rl.max_tool_turns > 0
+        self.hosts = HostShare(pad_id=self.tok.pad_id) if tools else HostShare.of_cluster(self.tok.pad_id)
 
     def preflight(self) -> None:
-        """Fails now, before anything is written or compiled, on a resume with other settings or a broken input."""
+        """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
+        batches that do not split among the processes."""
         check_resumable(self.cfg)
         open_inputs(self.cfg)
+        check_host_split(self.cfg, jax.process_count())
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -103,6 +123,8 @@ class Trainer(Workspace):
                 self.rl()
                 if cfg.eval.after_rl:
                     results["after_rl"] = self.evaluate("rl")
+            if cfg.export_hf and (cfg.sft.steps > 0 or cfg.rl.steps > 0):
+                results["hf_checkpoint"] = str(self.export(self.run_dir / "hf"))
         if not self.primary:
             return results
         results.update(report.compare_stages(self.run_dir, results))
@@ -124,8 +146,7 @@ class Trainer(Workspace):
         updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
         ck = Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every)
         self.start_reference(name)
-        it = train_iterator(cfg.data, self.tok, self.method.prompt, batch_size, mode=name,
-                            image_cfg=self.policy.image_cfg)
+        it = self.hosts.iterator(cfg.data, self.tok, self.method.prompt, batch_size, name, self.policy.image_cfg)
         start, opt_state, resumed = self.restore(ck, tx.init(self.trainable), it)
         if start == steps:  # finished: only hands its weights on
             ck.close()
@@ -150,7 +171,7 @@ class Trainer(Workspace):
 
     def sft_step(self, step: int, batch: Batch, tx, opt_state) -> tuple[dict[str, Any], Any]:
         t0 = time.perf_counter()
-        seq = st.shard_batch(full_seq_batch(self.policy.model.cfg, batch), self.mesh)
+        seq = st.shard_batch(full_seq_batch(self.policy.model.cfg, self.hosts.gather(batch)), self.mesh)
         self.trainable, opt_state, loss, metrics = st.sft_update(
             self.graphdef, self.trainable, self.frozen, opt_state, tx, seq, _dropout_rng(self.cfg, 0, step)
         )
@@ -170,7 +191,9 @@ class Trainer(Workspace):
         """Rollouts -> rewards -> advantages -> updates_per_batch passes of n_micro micro-batches."""
         t0 = time.perf_counter()
         got = self.collect(step, batch, sampling)
-        comps, scores = got.completions, got.scores
+        # every process's scores (its own rollouts'), in rollout order: the advantages and the metrics need them all
+        blocks = self.hosts.blocks({"prompts": len(batch.records), "scores": got.scores})
+        comps, scores = got.completions, [s for block in blocks for s in block["scores"]]
         t_rollout = time.perf_counter() - t0
         G = self.cfg.rl.group_size
         rewards = np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
@@ -180,6 +203,9 @@ class Trainer(Workspace):
         opt_state, out = self.update(step, comps, adv, tx, n_micro, opt_state, sampling.temperature or 1.0)
         t_train = time.perf_counter() - t1
         out.update(report.rollout_metrics(self.method, scores, rewards, adv, comps))
+        for key, name in (("prompts", "prompts_read"), ("scores", "rollouts_scored")):
+            counts = [len(b[key]) if key == "scores" else b[key] for b in blocks]
+            out[f"host/{name}_min"], out[f"host/{name}_max"] = min(counts), max(counts)
         out["rollout_tokens_per_s"] = float(comps.mask.sum()) / max(t_rollout, 1e-9)
         out["train_tokens_per_s"] = out.pop("train_tokens") / max(t_train, 1e-9)
         return out, opt_state
@@ -190,7 +216,7 @@ class Trainer(Workspace):
         return collect(self.model, batch, self.tok, self.method, self.reward_cfg, sampling, rc.group_size,
                        _seed(cfg, 1, step), blank_seed=_seed(cfg, 2, step), step=step,
                        tools=ToolSettings(rc.max_tool_turns, rc.max_tool_tokens), blank_fill=rc.blank_fill,
-                       image_cfg=self.policy.image_cfg)
+                       image_cfg=self.policy.image_cfg, hosts=self.hosts)
 
     def update(self, step: int, comps: Completions, adv: np.ndarray, tx, n_micro: int, opt_state,
                temperature: float) -> tuple[Any, dict[str, Any]]:

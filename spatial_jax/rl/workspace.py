@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spatial_jax.config import ConfigError, from_dict, to_dict
-from spatial_jax.distributed import is_primary
+from spatial_jax.distributed import barrier, is_primary
+from spatial_jax.models.hf_io import save_pretrained
 from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
 from spatial_jax.rl.config import TrainConfig, check_context, validate
 from spatial_jax.rl.optim import make_optimizer
@@ -32,12 +33,12 @@ from spatial_jax.rl.report import write_json
 STAGES = ("sft", "rl")
 
 # What a resumed run may change, as none of it changes what a stage trains: how the run is shown (progress,
-# tensorboard), evaluated (eval, data.eval: the evaluation cache is keyed by them), checkpointed and where it lives;
-# and how the same computation is laid out on the machine (mesh, remat, attention chunks, reader threads: equal up
-# to float rounding, which lets a run move to another machine).
-RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "eval", "data.eval", "data.read_threads", "mesh",
-                     "policy.remat", "policy.remat_policy", "policy.attention_chunk", "sft.checkpoint_every",
-                     "rl.checkpoint_every")
+# tensorboard) and exported (export_hf), evaluated (eval, data.eval: the evaluation cache is keyed by them),
+# checkpointed and where it lives; and how the same computation is laid out on the machine (mesh, remat, attention
+# chunks, reader threads: equal up to float rounding, which lets a run move to another machine).
+RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "export_hf", "eval", "data.eval", "data.read_threads",
+                     "mesh", "policy.remat", "policy.remat_policy", "policy.attention_chunk",
+                     "sft.checkpoint_every", "rl.checkpoint_every")
 
 
 # PolicyConfig fields that decide which arrays the trainable state holds
@@ -192,6 +193,18 @@ class Workspace:
             iterator.set_state(meta["data"])
         self.log(f"resumed {ck.directory} at step {meta['step']}")
         return int(meta["step"]), state["opt"], True
+
+    def export(self, out: str | Path, dtype: str | None = None) -> Path:
+        """The policy as it is now, as a Hugging Face checkpoint in `out` (adapters merged, the tokenizer beside it)
+        that transformers loads and `policy.checkpoint` takes. Every process takes part (the weights may be sharded
+        across them, models/hf_io.save_pretrained); the first writes, and all return once the files are complete."""
+        out = Path(out)
+        if self.primary:
+            out.mkdir(parents=True, exist_ok=True)
+            self.tok.save(out)
+        save_pretrained(self.model, out, dtype=dtype)
+        barrier("export")
+        return out
 
     def optim_config(self, stage: str, cfg: TrainConfig | None = None):
         """The stage's optimiser settings: schedules span the stage, accumulation spans the RL micro-batches."""

@@ -14,6 +14,7 @@ from spatial_jax.methods import Method
 from spatial_jax.records import Rollout
 from spatial_jax.rollout.completions import Completions, sample, to_rollouts
 from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.hosts import HostShare
 from spatial_jax.rollout.multiturn import sample_multiturn
 
 
@@ -28,9 +29,9 @@ class ToolSettings:
 
 @dataclasses.dataclass(frozen=True)
 class Collected:
-    completions: Completions  # the arrays the loss needs (tokens, old log-probs, masks)
-    rollouts: list[Rollout]  # the scorer's records, rollout r answering prompt r // G
-    scores: list[dict[str, float]]  # the method's reward components per rollout
+    completions: Completions  # the arrays the loss needs (tokens, old log-probs, masks), every process's rollouts
+    rollouts: list[Rollout]  # the scorer's records, rollout r answering prompt r // G (this process's prompts)
+    scores: list[dict[str, float]]  # the method's reward components per rollout of `rollouts`
 
 
 def collect(
@@ -48,16 +49,22 @@ def collect(
     tools: ToolSettings = ToolSettings(),
     blank_fill: str = "mean",
     image_cfg: ImageProcessingConfig = ImageProcessingConfig(),
+    hosts: HostShare = HostShare(),
 ) -> Collected:
     """G completions per prompt (with tool turns when the method uses tools and tools.max_turns > 0), plus one
-    blank-image completion per prompt when the method needs it (paired with its whole group, ProSR eq. 8)."""
+    blank-image completion per prompt when the method needs it (paired with its whole group, ProSR eq. 8).
+    `batch` is this process's block of prompts (rollout/hosts.py): they are decoded with every process's blocks,
+    and only this process's rollouts become records and are scored."""
     if method.uses_tools and tools.max_turns > 0:
+        if hosts.count > 1:  # the tool loop runs tools for every row on each process
+            raise ValueError("multi-turn rollouts need the whole batch on every process (HostShare of one)")
         comps = sample_multiturn(model, batch, tokenizer, sampling, group_size, seed, max_turns=tools.max_turns,
                                  max_tool_tokens=tools.max_tokens)
     else:
-        comps = sample(model, batch, tokenizer, sampling, group_size, seed)
+        comps = sample(model, hosts.gather(batch), tokenizer, sampling, group_size, seed)
     blank = None
     if method.needs_blank:
-        blank = sample(model, blank_batch(batch, blank_fill, image_cfg), tokenizer, sampling, 1, blank_seed)
-    rollouts = to_rollouts(batch, comps, group_size, step, blank)
+        blank = hosts.own(sample(model, hosts.gather(blank_batch(batch, blank_fill, image_cfg)), tokenizer, sampling,
+                                 1, blank_seed))
+    rollouts = to_rollouts(batch, hosts.own(comps), group_size, step, blank)
     return Collected(comps, rollouts, list(method.score_batch(rollouts, reward_cfg)))
