@@ -1,0 +1,569 @@
+"""Will a recipe fit its machine? Compile every program a training step runs, for the target, without weights.
+
+`plan(cfg, "v5p:2x4x4")` builds the recipe's policy abstractly (nnx.eval_shape: shapes, dtypes and shardings, no
+weights and no checkpoint read), lays its state out on the recipe's mesh over the target's devices, and compiles
+ahead of time, at the recipe's real shapes, the RL update (one micro-batch), rollout prefill and the decode loop at
+the rollout batch, the KL reference forward and the SFT step. Each program's per-chip memory comes from the
+compiler's own buffer assignment (`memory_analysis`), its FLOPs from `cost_analysis`.
+
+Targets: a TPU topology ("v5p:2x4x4", "v6e:4x4"; libtpu compiles for it from a CPU host), `cpu:N` (N host devices),
+or `gpu:<chip>x<count>` ("gpu:h100x8"). jaxlib builds without a CUDA plugin cannot compile for a GPU target without
+a GPU, so a GPU target gets an analytic estimate instead, labelled as such (`estimate_gpu`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from spatial_jax.config import ConfigError
+from spatial_jax.data.image_processing import smart_resize
+from spatial_jax.data.tokenizer import build_tokenizer
+from spatial_jax.models import ModelConfig, Qwen3VL, get_rope_index, load_config, prepare_vision_inputs
+from spatial_jax.models.sharding import logical_to_spec, make_mesh, variable_names
+from spatial_jax.rl import step as st
+from spatial_jax.rl.config import TrainConfig, validate
+from spatial_jax.rl.optim import make_optimizer
+from spatial_jax.rl.policy import image_config, trainable_filter
+from spatial_jax.rollout import sampler
+from spatial_jax.rollout.multiturn import required_cache_len
+
+GiB = 1 << 30
+# HBM per chip, by the generation prefix of a topology name
+TPU_HBM_GIB = {"v4": 32, "v5e": 16, "v5litepod": 16, "v5p": 95, "v6e": 32}
+GPU_HBM_GIB = {"a100": 80, "h100": 80, "h200": 141, "b200": 180}
+
+# Architectures by name, for planning without the checkpoint directory: the fields of Qwen3-VL's config.json that
+# shape the model (the published 4B and 8B; Instruct and Thinking share them).
+_VOCAB = 151_936
+ARCHITECTURES: dict[str, dict[str, Any]] = {
+    "qwen3-vl-4b": {
+        "model_type": "qwen3_vl", "tie_word_embeddings": True,
+        "text_config": {"vocab_size": _VOCAB, "hidden_size": 2560, "intermediate_size": 9728,
+                        "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+                        "head_dim": 128, "rope_theta": 5_000_000, "max_position_embeddings": 262144},
+        "vision_config": {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16,
+                          "patch_size": 16, "out_hidden_size": 2560, "num_position_embeddings": 2304,
+                          "deepstack_visual_indexes": [5, 11, 17]},
+    },
+    "qwen3-vl-8b": {
+        "model_type": "qwen3_vl", "tie_word_embeddings": False,
+        "text_config": {"vocab_size": _VOCAB, "hidden_size": 4096, "intermediate_size": 12288,
+                        "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+                        "head_dim": 128, "rope_theta": 5_000_000, "max_position_embeddings": 262144},
+        "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+                          "patch_size": 16, "out_hidden_size": 4096, "num_position_embeddings": 2304,
+                          "deepstack_visual_indexes": [8, 16, 24]},
+    },
+}
+
+
+class PlanError(Exception):
+    """A program does not fit the target's memory (the message names it and by how much)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str
+    platform: str  # "tpu", "cpu" or "gpu"
+    chip: str  # "v5p", "cpu", "h100", ...
+    count: int
+    hbm_bytes: int | None  # per chip; None for host devices
+    devices: tuple = ()  # empty for a GPU target (nothing to compile for)
+
+
+def parse_target(name: str) -> Target:
+    """`v5p:2x4x4` (TPU topology), `cpu:N` or `gpu:h100x8`; ConfigError naming what is wrong."""
+    kind, _, rest = name.partition(":")
+    if kind == "cpu":
+        if not rest.isdigit() or int(rest) < 1:
+            raise ConfigError(f"--topology {name!r}: write cpu:N with N >= 1 host devices")
+        devices = jax.devices("cpu")
+        if len(devices) < int(rest):
+            raise ConfigError(f"--topology {name}: only {len(devices)} host device(s); set XLA_FLAGS="
+                              f"--xla_force_host_platform_device_count={rest} before jax starts")
+        return Target(name, "cpu", "cpu", int(rest), None, tuple(devices[: int(rest)]))
+    if kind == "gpu":
+        found = re.fullmatch(r"([a-z0-9]+)x(\d+)", rest)
+        if not found or found.group(1) not in GPU_HBM_GIB or int(found.group(2)) < 1:
+            raise ConfigError(f"--topology {name!r}: write gpu:<chip>x<count>, chip one of {sorted(GPU_HBM_GIB)}")
+        chip = found.group(1)
+        return Target(name, "gpu", chip, int(found.group(2)), GPU_HBM_GIB[chip] * GiB)
+    if kind not in TPU_HBM_GIB:
+        raise ConfigError(f"--topology {name!r}: unknown target; use a TPU topology ({', '.join(TPU_HBM_GIB)} as "
+                          "in v5p:2x4x4), cpu:N or gpu:<chip>x<count>")
+    # libtpu loads here; its machine-wide lock would bar a second process (a test run, a benchmark) using it
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        from jax.experimental import topologies
+
+        devices = topologies.get_topology_desc(platform="tpu", topology_name=name).devices
+    except Exception as err:  # no libtpu, or a shape libtpu does not know
+        raise ConfigError(f"--topology {name}: the TPU compiler cannot describe it ({' '.join(str(err).split())[:300]}"
+                          "); install the tpu extra (pip install 'jax[tpu]') for TPU targets") from None
+    return Target(name, "tpu", kind, len(devices), TPU_HBM_GIB[kind] * GiB, tuple(devices))
+
+
+def model_config(cfg: TrainConfig) -> ModelConfig:
+    """The policy's architecture: the checkpoint's config.json when it is here, else `plan.model`, else (no
+    checkpoint) the tiny random policy; with the run's adapters, dtypes and memory settings."""
+    pc = cfg.policy
+    if pc.checkpoint and (Path(pc.checkpoint) / "config.json").is_file():
+        mc = load_config(pc.checkpoint)
+    elif cfg.plan.model:
+        mc = ModelConfig.from_hf(ARCHITECTURES[cfg.plan.model])
+    elif not pc.checkpoint:
+        tok = build_tokenizer(pc.tokenizer_vocab_size)
+        mc = ModelConfig.tiny(tok.vocab_size, **tok.model_token_ids())
+    else:
+        raise ConfigError(f"policy.checkpoint {pc.checkpoint!r} has no config.json here: set plan.model to one of "
+                          f"{sorted(ARCHITECTURES)} to plan without it")
+    return mc.replace(lora=pc.lora, dtype=pc.dtype, param_dtype=pc.param_dtype, remat=pc.remat,
+                      remat_policy=pc.remat_policy, scan_layers=pc.scan_layers, attention_chunk=pc.attention_chunk)
+
+
+def _placed(tree, mesh, names_of=variable_names):
+    """Every array leaf of an abstract tree as a ShapeDtypeStruct laid out by its logical names (Variables) or
+    replicated (anything else)."""
+
+    def one(x):
+        if isinstance(x, nnx.Variable):
+            value = x.get_value()
+            names = names_of(x)
+            spec = P() if names is None else logical_to_spec(names, value.shape, mesh)
+            return x.replace(jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=NamedSharding(mesh, spec)))
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P()))
+
+    return jax.tree.map(one, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def _spec_on(mesh, batch: int, ndim: int, axis: int = 0) -> NamedSharding:
+    return NamedSharding(mesh, P(*([None] * axis), *logical_to_spec(("batch",), (batch,), mesh),
+                                 *([None] * (ndim - axis - 1))))
+
+
+def _batch_placed(tree, mesh, batch: int):
+    """Batch arrays as ShapeDtypeStructs placed as `step.shard_batch` places them: the rollout axis over
+    (data, fsdp) (axis 1 of M-RoPE positions), vision packs and scalars replicated."""
+
+    def one(path, x):
+        names = [getattr(p, "name", "") for p in path]
+        shape = np.shape(x)
+        if "vision" in names or not shape:
+            sharding = NamedSharding(mesh, P())
+        else:
+            sharding = _spec_on(mesh, batch, len(shape), 1 if "positions" in names else 0)
+        return jax.ShapeDtypeStruct(shape, x.dtype, sharding=sharding)
+
+    return jax.tree_util.tree_map_with_path(one, tree)
+
+
+def _replicated(tree, mesh):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=NamedSharding(mesh, P())),
+                        tree)
+
+
+def image_grid(cfg: TrainConfig, mc: ModelConfig) -> tuple[int, int, int]:
+    """(t, h, w) patches of one `plan.image_size` square image after the policy's resize."""
+    ic = image_config(mc, cfg.policy)
+    h, w = smart_resize(cfg.plan.image_size, cfg.plan.image_size, ic.factor, ic.min_pixels, ic.max_pixels)
+    return 1, h // ic.patch_size, w // ic.patch_size
+
+
+def _rows(mc: ModelConfig, rows: int, length: int, grid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`rows` prompts of `length` tokens, each holding one image of `grid` (ids, mask, pixels, grids)."""
+    n_img = int(np.prod(grid)) // mc.vision.spatial_merge_size**2
+    if n_img + 2 > length:
+        raise ConfigError(f"plan.image_size gives {n_img} image tokens, more than the prompt of {length} holds")
+    ids = np.full((rows, length), 1, np.int32)
+    ids[:, 1 : 1 + n_img] = mc.image_token_id
+    pixels = np.broadcast_to(np.zeros((1, 1), np.float32), (rows * int(np.prod(grid)), mc.vision.patch_dim))
+    return ids, np.ones_like(ids), pixels, np.tile(np.asarray([grid], np.int64), (rows, 1))
+
+
+def _seq_batch(mc, rows, prompt, completion, grid):
+    ids, mask, pixels, grids = _rows(mc, rows, prompt, grid)
+    targets = np.ones((rows, completion), np.int32)
+    return st.make_seq_batch(mc, ids, mask, targets, np.ones_like(targets), pixels, grids)
+
+
+def _rl_data(seq, rows: int, completion: int) -> st.RLData:
+    zeros = np.zeros((rows, completion), np.float32)
+    return st.RLData(seq=seq, old_logp=zeros, ref_logp=zeros, advantages=np.zeros((rows,), np.float32),
+                     normalizer=np.float32(1.0))
+
+
+def _sft_seq(mc, rows, length, grid):
+    """The SFT row as the trainer builds it (train.full_seq_batch): the whole row is the target block."""
+    ids, mask, pixels, grids = _rows(mc, rows, length, grid)
+    return st.make_seq_batch(mc, ids[:, :1], mask[:, :1], ids[:, 1:], mask[:, 1:], pixels, grids)
+
+
+@dataclasses.dataclass
+class Program:
+    name: str
+    what: str  # the shape it runs at, in words
+    argument: int
+    output: int
+    alias: int
+    temp: int
+    peak: int  # the program's own peak plus `resident`
+    compile_s: float
+    flops: float | None
+    resident: int = 0  # trainer state in memory meanwhile that is no argument (Adam state while sampling, ...)
+
+    def row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Program:
+    """Lowers and compiles `jitted` at abstract `args` under `mesh` (activations constrained as in training)."""
+    t0 = time.perf_counter()
+    with jax.set_mesh(mesh):
+        compiled = jitted.lower(*args).compile()
+    seconds = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+    flops = float(cost["flops"]) if isinstance(cost, dict) and "flops" in cost else None
+    peak = int(getattr(mem, "peak_memory_in_bytes", 0) or 0)
+    derived = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
+    return Program(name, what, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
+                   int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), max(peak, int(derived)) + resident,
+                   seconds, flops, resident)
+
+
+@dataclasses.dataclass
+class Abstract:
+    """The policy as the trainer holds it, abstract and placed: graphdef, trainable, frozen, and the whole state
+    (the sampler's view)."""
+
+    model: Qwen3VL
+    graphdef: Any
+    trainable: Any
+    frozen: Any
+    sampler_graphdef: Any
+    params: Any
+
+
+def abstract_policy(cfg: TrainConfig, mc: ModelConfig, mesh) -> Abstract:
+    model = nnx.eval_shape(lambda: Qwen3VL(mc, rngs=nnx.Rngs(cfg.policy.init_seed)))
+    graphdef, trainable, frozen = nnx.split(model, trainable_filter(cfg.policy), ...)
+    sampler_graphdef, params = nnx.split(model)
+    return Abstract(model, graphdef, _placed(trainable, mesh), _placed(frozen, mesh), sampler_graphdef,
+                    _placed(params, mesh))
+
+
+def _sampler_state(policy: Abstract, mesh, batch: int, max_len: int):
+    """The sampler's state for `batch` rows and a `max_len` cache, placed as under the trainer's mesh (rows over
+    the batch axes, KV heads over `tensor`); its cache index is traced, so one compile serves every position."""
+    state = jax.eval_shape(lambda: sampler.init_state(policy.model, batch, max_len))
+    kv = logical_to_spec(("batch", "cache_seq", "act_kv_heads", None), state.cache.keys[0].shape, mesh)
+
+    def one(path, x):
+        names = [getattr(p, "name", "") for p in path]
+        if "keys" in names or "values" in names:
+            spec = kv
+        elif x.ndim and x.shape[0] == batch:
+            spec = P(*logical_to_spec(("batch",), (batch,), mesh), *([None] * (x.ndim - 1)))
+        else:
+            spec = P()
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, spec))
+
+    return jax.tree_util.tree_map_with_path(one, state)
+
+
+def _key(mesh):
+    k = jax.eval_shape(lambda: jax.random.key(0))
+    return jax.ShapeDtypeStruct(k.shape, k.dtype, sharding=NamedSharding(mesh, P()))
+
+
+def _opt_state(tx, trainable, mesh):
+    return _placed(jax.eval_shape(tx.init, trainable), mesh)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """The sequence shapes a step runs at."""
+
+    prompt: int  # the longest prompt bucket
+    completion: int  # the rollout's token block: decode rounds (and tool turns) after the prompt
+    rollouts: int  # sampled together: prompts_per_step x group_size
+    micro_batch: int
+    cache: int  # KV slots of the rollout cache
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> Shapes:
+        prompt = max(cfg.data.bucket_lengths)
+        turns = cfg.rl.max_tool_turns if cfg.plugin.uses_tools else 0
+        cache = required_cache_len(prompt, cfg.rl.sampling.max_new_tokens, turns, cfg.rl.max_tool_tokens)
+        rollouts = cfg.rl.prompts_per_step * cfg.rl.group_size
+        return cls(prompt, cache - prompt, rollouts, cfg.rl.micro_batch or rollouts, cache)
+
+
+PROGRAMS = ("rl_update", "reference_forward", "rollout_prefill", "rollout_decode", "sft_update")
+
+
+def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = ()) -> list[Program]:
+    """Compiles each program the job runs (or those named in `only`) for `mesh`'s devices; returns their figures.
+    Host arrays are built outside the mesh (under it jnp.asarray would place them on its devices); only the
+    lowering runs under it."""
+    mc = model_config(cfg)
+    policy = abstract_policy(cfg, mc, mesh)
+    shapes, rc = Shapes.of(cfg), cfg.rl
+    grid = image_grid(cfg, mc)
+    temperature = rc.sampling.temperature or 1.0
+    lora = cfg.policy.lora
+    adapters = lora.rank > 0 or lora.vision_rank > 0
+    key = _key(mesh) if lora.dropout > 0 and adapters else None
+    rl_tx = make_optimizer(dataclasses.replace(rc.optim, total_steps=max(rc.steps, 1),
+                                               grad_accum_steps=shapes.rollouts // shapes.micro_batch))
+    rl_opt = _opt_state(rl_tx, policy.trainable, mesh)
+    # the KL reference of full fine-tuning is a copy of the trainable weights (workspace.start_reference)
+    reference = _local_bytes(policy.trainable, mesh) if rc.loss.kl_coef > 0 and not adapters else 0
+    sampling_resident = _local_bytes(rl_opt, mesh) + reference
+    run = {name for name in PROGRAMS if not only or name in only}
+    if rc.steps == 0:
+        run -= {"rl_update", "reference_forward", "rollout_prefill", "rollout_decode"}
+    if rc.loss.kl_coef == 0:
+        run.discard("reference_forward")
+    if cfg.sft.steps == 0:
+        run.discard("sft_update")
+    out: list[Program] = []
+    R, B = shapes.micro_batch, shapes.rollouts
+    seq = None
+    if run & {"rl_update", "reference_forward"}:
+        seq = _seq_batch(mc, R, shapes.prompt, shapes.completion, grid)
+    what = f"{R} rollouts x ({shapes.prompt} + {shapes.completion}) tokens"
+    if "rl_update" in run:
+        data = _rl_data(seq, R, shapes.completion)
+        args = (policy.graphdef, policy.trainable, policy.frozen, rl_opt, _batch_placed(data, mesh, R), rc.loss,
+                temperature, rl_tx, key)
+        out.append(_measure(mesh, "rl_update", what, st.rl_update, args, reference))
+    if "reference_forward" in run:
+        args = (policy.graphdef, policy.trainable, policy.frozen, _batch_placed(seq, mesh, R), temperature)
+        out.append(_measure(mesh, "reference_forward", what, st.reference_logprobs, args, _local_bytes(rl_opt, mesh)))
+    if "rollout_prefill" in run:
+        ids, mask, pixels, grids = _rows(mc, B, shapes.prompt, grid)
+        positions, deltas = get_rope_index(ids, grids, mask, image_token_id=mc.image_token_id,
+                                           spatial_merge_size=mc.vision.spatial_merge_size)
+        tokens = [jax.ShapeDtypeStruct(x.shape, jnp.int32, sharding=_spec_on(mesh, B, x.ndim, axis))
+                  for x, axis in ((ids, 0), (mask, 0), (positions, 1), (deltas, 0))]
+        vision = _replicated(prepare_vision_inputs(pixels, grids, mc.vision), mesh)
+        args = (policy.sampler_graphdef, policy.params, _sampler_state(policy, mesh, B, shapes.cache), *tokens, vision)
+        out.append(_measure(mesh, "rollout_prefill", f"{B} prompts x {shapes.prompt} tokens, cache {shapes.cache}",
+                            sampler._extend_jit, args, sampling_resident))
+    if "rollout_decode" in run:
+        sampling = dataclasses.replace(rc.sampling, seed=0, stop_token_ids=(), suppress_token_ids=())
+        stop = jax.ShapeDtypeStruct((1,), jnp.int32, sharding=NamedSharding(mesh, P()))
+        suppressed = jax.ShapeDtypeStruct((2,), jnp.int32, sharding=NamedSharding(mesh, P()))
+        args = (policy.sampler_graphdef, policy.params, _sampler_state(policy, mesh, B, shapes.cache), stop,
+                suppressed, sampling)
+        out.append(_measure(mesh, "rollout_decode", f"{B} rows, up to {rc.sampling.max_new_tokens} tokens, cache "
+                            f"{shapes.cache}", sampler._decode_jit, args, sampling_resident))
+    if "sft_update" in run:
+        S = cfg.sft.batch_size
+        sft_seq = _sft_seq(mc, S, shapes.prompt, grid)
+        tx = make_optimizer(dataclasses.replace(cfg.sft.optim, total_steps=max(cfg.sft.steps, 1)))
+        args = (policy.graphdef, policy.trainable, policy.frozen, _opt_state(tx, policy.trainable, mesh), tx,
+                _batch_placed(sft_seq, mesh, S), key)
+        out.append(_measure(mesh, "sft_update", f"{S} rows x {shapes.prompt} tokens", st.sft_update, args))
+    return out
+
+
+@dataclasses.dataclass
+class Report:
+    """One plan: the target, the mesh and each program's per-chip figures (compiled, or estimated for a GPU)."""
+
+    config: str
+    target: Target
+    mesh: tuple[int, int, int]  # data, fsdp, tensor
+    programs: list[Program]
+    estimate: bool = False
+
+    def over(self) -> list[tuple[Program, int]]:
+        """(program, bytes over the chip's HBM) for each program that does not fit."""
+        hbm = self.target.hbm_bytes
+        return [] if hbm is None else [(p, p.peak - hbm) for p in self.programs if p.peak > hbm]
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.target
+        return {"config": self.config, "target": t.name, "platform": t.platform, "chip": t.chip, "chips": t.count,
+                "hbm_bytes_per_chip": t.hbm_bytes, "mesh": dict(zip(("data", "fsdp", "tensor"), self.mesh)),
+                "estimate": self.estimate, "fits": not self.over(), "programs": [p.row() for p in self.programs]}
+
+    def table(self) -> str:
+        t = self.target
+        hbm = "host memory" if t.hbm_bytes is None else fmt_bytes(t.hbm_bytes)
+        kind = "ESTIMATE (analytic; no compiler for this target here)" if self.estimate else "compiled"
+        head = (f"{self.config} on {t.name} ({t.count} x {t.chip}, {hbm} per chip), mesh data={self.mesh[0]} "
+                f"fsdp={self.mesh[1]} tensor={self.mesh[2]}: {kind}, per chip")
+        lines = [head, f"{'program':<18} {'argument':>10} {'temp':>10} {'output':>10} {'resident':>10} {'peak':>10} "
+                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8}  shape"]
+        for p in self.programs:
+            share = "-" if t.hbm_bytes is None else f"{100 * p.peak / t.hbm_bytes:.0f}%"
+            flops = "-" if p.flops is None else f"{p.flops / 1e12:.3g}"
+            sizes = " ".join(f"{fmt_bytes(n):>10}" for n in (p.argument, p.temp, p.output, p.resident, p.peak))
+            lines.append(f"{p.name:<18} {sizes} {share:>7} {p.compile_s:>9.1f} {flops:>8}  {p.what}")
+        lines.append("peak = argument + output - aliased + temp (the compiler's buffer assignment) + resident (trainer "
+                     "state held meanwhile: Adam state and KL reference copy while sampling)")
+        return "\n".join(lines)
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / GiB:.2f} GiB" if abs(n) >= GiB else f"{n / (1 << 20):.2f} MiB"
+
+
+def over_message(report: Report) -> str:
+    t = report.target
+    parts = [f"{p.name} needs {fmt_bytes(p.peak)} per chip, {fmt_bytes(excess)} over the {fmt_bytes(t.hbm_bytes)} of a "
+             f"{t.chip} chip" for p, excess in report.over()]
+    return (f"{report.config} does not fit {t.name}: " + "; ".join(parts) +
+            " (raise mesh.fsdp / mesh.tensor, set policy.remat_policy, or lower rl.micro_batch)")
+
+
+def plan(cfg: TrainConfig, topology: str, *, config_name: str = "", only: tuple[str, ...] = (),
+         hbm_gib: float | None = None) -> Report:
+    """Compiles (TPU, CPU) or estimates (GPU) every program of `cfg`'s job for `topology`; see the module doc.
+    hbm_gib: the memory per chip to check against instead of the chip's."""
+    target = parse_target(topology)
+    if hbm_gib is not None:
+        if not hbm_gib > 0:
+            raise ConfigError(f"--hbm must be > 0 GiB, got {hbm_gib}")
+        target = dataclasses.replace(target, hbm_bytes=int(hbm_gib * GiB))
+    if cfg.mesh.size > target.count:
+        raise ConfigError(f"mesh data*fsdp*tensor = {cfg.mesh.data}*{cfg.mesh.fsdp}*{cfg.mesh.tensor} = "
+                          f"{cfg.mesh.size} but {target.name} has {target.count} chips")
+    validate(cfg, target.count)
+    mesh_shape = (cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
+    if target.platform == "gpu":
+        return Report(config_name, target, mesh_shape, estimate_gpu(cfg, target), estimate=True)
+    mesh = make_mesh(*mesh_shape, devices=target.devices[: cfg.mesh.size])
+    return Report(config_name, target, mesh_shape, programs(cfg, mesh, only))
+
+
+# ---- GPU targets: an analytic estimate ------------------------------------------------------------------------
+
+
+def _local_bytes(tree, mesh) -> int:
+    """Per-device bytes of an abstract tree placed on `mesh` (an AbstractMesh is enough)."""
+    total = 0
+    for x in jax.tree.leaves(tree):
+        spec = x.sharding.spec
+        shards = 1
+        for entry in spec:
+            for ax in (entry,) if isinstance(entry, str) else (entry or ()):
+                shards *= dict(zip(mesh.axis_names, mesh.axis_sizes))[ax]
+        total += math.ceil(int(np.prod(x.shape)) / shards) * jnp.dtype(x.dtype).itemsize
+    return total
+
+
+def _saved_per_token(mc: ModelConfig, policy: str, tensor: int) -> float:
+    """Bytes one decoder layer keeps per token for the backward pass under a remat policy (compute dtype)."""
+    t, b = mc.text, jnp.dtype(mc.dtype).itemsize
+    heads = t.num_attention_heads * t.head_dim / tensor
+    kv = 2 * t.num_key_value_heads * t.head_dim / max(1, min(tensor, t.num_key_value_heads))
+    mlp = t.intermediate_size / tensor
+    dots = heads + kv + t.hidden_size + 2 * mlp + t.hidden_size  # q, k, v, o, gate, up, down
+    if policy == "full":
+        return b * t.hidden_size
+    if policy in ("dots", "dots_no_batch"):
+        return b * (dots + t.hidden_size)
+    return b * (dots + heads + 3 * mlp + 4 * t.hidden_size)  # every elementwise input too
+
+
+def _layer_working_set(mc: ModelConfig, rows: float, tokens: int, keys: int, tensor: int) -> float:
+    """One decoder layer's live temporaries (recomputed forward + backward) for `rows` rows: activations of every
+    op, and float32 attention scores of one query chunk over `keys` keys (x3: scores, probabilities, their
+    gradient)."""
+    t = mc.text
+    chunk = min(tokens, mc.attention_chunk or tokens)
+    scores = 3 * 4 * rows * (t.num_attention_heads / tensor) * chunk * keys
+    return 2 * rows * tokens * _saved_per_token(mc, "none", tensor) + scores
+
+
+def _vision_bytes(mc: ModelConfig, images: float, grid, trains: bool) -> float:
+    """The vision tower's activations for `images` images: per block inputs kept (remat) when it trains, one
+    block's working set (with the dense [P, P] scores of one image) otherwise too."""
+    v, b = mc.vision, jnp.dtype(mc.dtype).itemsize
+    p = int(np.prod(grid))
+    block = images * p * (6 * v.hidden_size + 2 * v.intermediate_size) * b + 3 * 4 * images * v.num_heads * p * p
+    return block + (images * p * v.hidden_size * b * v.depth if trains else 0)
+
+
+def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
+    """Per-GPU memory of each program from the layout (exact argument bytes of the sharded state on the recipe's
+    mesh) and an activation model (remat policy, micro-batch, sequence lengths, KV cache). Labelled an estimate:
+    jax cannot compile for a CUDA target on a machine without one."""
+    mc = model_config(cfg)
+    mesh = jax.sharding.AbstractMesh((cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor), ("data", "fsdp", "tensor"))
+    model = nnx.eval_shape(lambda: Qwen3VL(mc, rngs=nnx.Rngs(0)))
+    _, trainable, frozen = nnx.split(model, trainable_filter(cfg.policy), ...)
+    trainable, frozen = _placed(trainable, mesh), _placed(frozen, mesh)
+    weights = _local_bytes(trainable, mesh) + _local_bytes(frozen, mesh)
+    grads = _local_bytes(trainable, mesh)
+    shapes, rc, t = Shapes.of(cfg), cfg.rl, mc.text
+    grid = image_grid(cfg, mc)
+    shards, tensor = cfg.mesh.batch_shards, cfg.mesh.tensor
+    b = jnp.dtype(mc.dtype).itemsize
+    policy = mc.decoder_remat
+    out = []
+
+    lora = cfg.policy.lora
+    reference = grads if rc.loss.kl_coef > 0 and lora.rank == 0 and lora.vision_rank == 0 else 0
+
+    def optimiser_bytes(accumulate: bool) -> int:
+        tx = make_optimizer(dataclasses.replace(rc.optim, grad_accum_steps=2 if accumulate else 1))
+        return _local_bytes(_placed(jax.eval_shape(tx.init, trainable), mesh), mesh)
+
+    def update(name: str, rows: int, tokens: int, what: str, accumulate: bool, batch, resident: int) -> Program:
+        args = weights + optimiser_bytes(accumulate) + _local_bytes(_batch_placed(batch, mesh, rows), mesh)
+        local = rows / shards
+        acts = t.num_hidden_layers * local * tokens * _saved_per_token(mc, policy, tensor)
+        temp = (grads + acts + _layer_working_set(mc, local, tokens, tokens, tensor)
+                + _vision_bytes(mc, local, grid, cfg.policy.train_vision))
+        return Program(name, what, args, 0, 0, int(temp), int(args + temp + resident), 0.0, None, resident)
+
+    if rc.steps > 0:
+        R, T = shapes.micro_batch, shapes.prompt + shapes.completion
+        what = f"{R} rollouts x ({shapes.prompt} + {shapes.completion}) tokens"
+        data = _rl_data(_seq_batch(mc, R, shapes.prompt, shapes.completion, grid), R, shapes.completion)
+        out.append(update("rl_update", R, T, what, shapes.rollouts > R, data, reference))
+        sampling_resident = optimiser_bytes(shapes.rollouts > R) + reference
+        if rc.loss.kl_coef > 0:
+            local = R / shards
+            temp = (2 * local * T * t.hidden_size * b + _layer_working_set(mc, local, T, T, tensor) / 2
+                    + _vision_bytes(mc, local, grid, False))
+            resident = sampling_resident - reference
+            out.append(Program("reference_forward", what, weights, 0, 0, int(temp), int(weights + temp + resident),
+                               0.0, None, resident))
+        B = shapes.rollouts / shards
+        kv_shards = max(1, min(tensor, t.num_key_value_heads))
+        cache = B * shapes.cache * t.num_hidden_layers * 2 * t.num_key_value_heads * t.head_dim * b / kv_shards
+        logits = B * t.vocab_size * 4
+        prefill = (_layer_working_set(mc, B, shapes.prompt, shapes.prompt, tensor) / 2
+                   + _vision_bytes(mc, B, grid, False))
+        out.append(Program("rollout_prefill", f"{shapes.rollouts} prompts x {shapes.prompt} tokens, cache "
+                           f"{shapes.cache}", int(weights + cache), int(cache), int(cache), int(prefill + logits),
+                           int(weights + cache + prefill + logits + sampling_resident), 0.0, None, sampling_resident))
+        decode = 4 * logits + B * rc.sampling.max_new_tokens * 16
+        out.append(Program("rollout_decode", f"{shapes.rollouts} rows, up to {rc.sampling.max_new_tokens} tokens, "
+                           f"cache {shapes.cache}", int(weights + cache), int(cache), int(cache), int(decode),
+                           int(weights + cache + decode + sampling_resident), 0.0, None, sampling_resident))
+    if cfg.sft.steps > 0:
+        S = cfg.sft.batch_size
+        out.append(update("sft_update", S, shapes.prompt, f"{S} rows x {shapes.prompt} tokens", False,
+                          _sft_seq(mc, S, shapes.prompt, grid), 0))
+    return out
