@@ -27,6 +27,7 @@ COMMANDS = {
     "pseudo-gt": ("spatial_jax.cli.pseudo_gt", "fill pseudo-GT boxes from a local zero-shot detector (A.3)"),
     "corrupt": ("spatial_jax.cli.corrupt", "corrupt a share of a dataset's pseudo-GT boxes (A.3 robustness test)"),
     "filter-sft": ("spatial_jax.cli.filter_sft", "keep samples whose reference completion passes ProSR's filters"),
+    "plan": ("spatial_jax.cli.plan", "memory per chip of a recipe's programs, compiled for a TPU slice"),
 }
 
 

@@ -83,12 +83,15 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-    """Cold start: completion-only cross-entropy on the dataset's reference completions (0 steps skips it)."""
+    """Cold start: completion-only cross-entropy on the dataset's reference completions (0 steps skips it).
+    train_vision false keeps the vision tower's weights (or adapters) as they are through this stage even when
+    policy.train_vision trains them in RL (SpatialCORE Table 4: vision frozen in the cold start, vision LoRA in RL)."""
 
     steps: int = 1000
     batch_size: int = 8
     optim: OptimConfig = OptimConfig(lr=2e-3, min_lr=2e-4, warmup_ratio=0.05)
     checkpoint_every: int = 50
+    train_vision: bool = True
 
     def __post_init__(self):
         check_range(self, "steps", 0, MAX_STEPS)
@@ -134,6 +137,22 @@ class RLConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class PlanConfig:
+    """What `spatial-jax plan` checks the recipe against: target (a TPU topology such as "v5p:2x4x4", the machine
+    its mesh, remat and micro-batch are sized for), gpu_target (e.g. "gpu:h100x8", estimated), model (an
+    architecture of rl/plan.ARCHITECTURES when the checkpoint's config.json is not at hand) and image_size (the side
+    in pixels of the square image each prompt holds, before the policy's resize)."""
+
+    target: str = ""
+    gpu_target: str = ""
+    model: str = ""
+    image_size: int = 448
+
+    def __post_init__(self):
+        check_at_least(self, image_size=1)
+
+
+@dataclasses.dataclass(frozen=True)
 class EvalConfig:
     """Greedy decoding on the held-out split after each stage (max_samples 0 = the whole split)."""
 
@@ -176,6 +195,7 @@ class TrainConfig:
     sft: SFTConfig = SFTConfig()
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()
+    plan: PlanConfig = PlanConfig()
     rewards: Any = dataclasses.field(default_factory=lambda: rewards_config_type()())  # typed in __post_init__
     tensorboard: bool = True
     progress: bool = True

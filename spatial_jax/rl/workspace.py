@@ -27,7 +27,7 @@ from spatial_jax.models.hf_io import save_pretrained
 from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
 from spatial_jax.rl.config import TrainConfig, check_context, validate
 from spatial_jax.rl.optim import make_optimizer
-from spatial_jax.rl.policy import Policy, build_mesh, build_policy
+from spatial_jax.rl.policy import Policy, build_mesh, build_policy, freeze_vision
 from spatial_jax.rl.report import write_json
 
 STAGES = ("sft", "rl")
@@ -35,9 +35,10 @@ STAGES = ("sft", "rl")
 # What a resumed run may change, as none of it changes what a stage trains: how the run is shown (progress,
 # tensorboard) and exported (export_hf), evaluated (eval, data.eval: the evaluation cache is keyed by them),
 # checkpointed and where it lives; and how the same computation is laid out on the machine (mesh, remat, attention
-# chunks, reader threads: equal up to float rounding, which lets a run move to another machine).
+# chunks, reader threads: equal up to float rounding, which lets a run move to another machine) or planned for one
+# (plan).
 RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "export_hf", "eval", "data.eval", "data.read_threads",
-                     "mesh", "policy.remat", "policy.remat_policy", "policy.attention_chunk",
+                     "mesh", "plan", "policy.remat", "policy.remat_policy", "policy.attention_chunk",
                      "sft.checkpoint_every", "rl.checkpoint_every")
 
 
@@ -215,6 +216,14 @@ class Workspace:
         n_micro = (rc.prompts_per_step * rc.group_size) // (rc.micro_batch or rc.prompts_per_step * rc.group_size)
         return dataclasses.replace(rc.optim, total_steps=rc.steps * rc.updates_per_batch, grad_accum_steps=n_micro)
 
+    def optimizer(self, stage: str, cfg: TrainConfig | None = None):
+        """The stage's optimiser; an SFT stage with sft.train_vision false leaves the vision tower's weights alone."""
+        cfg = cfg or self.cfg
+        tx = make_optimizer(self.optim_config(stage, cfg))
+        if stage == "sft" and cfg.policy.train_vision and not cfg.sft.train_vision:
+            tx = freeze_vision(tx, self.trainable)
+        return tx
+
     def _check_weight_layout(self, trained: TrainConfig, where: Path) -> None:
         """The settings that shape the trainable weights must be the run's, or its checkpoint cannot be read into
         this policy; say which instead of orbax's tree-structure mismatch."""
@@ -242,6 +251,6 @@ class Workspace:
                 trained = from_dict(TrainConfig, saved) if saved is not None else self.cfg
                 self._check_weight_layout(trained, ck.directory)
                 self.start_reference(stage, trained)
-                self.restore(ck, make_optimizer(self.optim_config(stage, trained)).init(self.trainable), None)
+                self.restore(ck, self.optimizer(stage, trained).init(self.trainable), None)
             return stage
         return None
