@@ -126,7 +126,7 @@ def test_bad_calls_come_back_as_error_text(sample, call, needle):
 
 @pytest.mark.parametrize("meta, needle", [({}, "no scene map"), ({"objects": [{"label": "x"}]}, "malformed")])
 def test_a_sample_without_a_usable_scene_map_is_an_error_text(sample, meta, needle):
-    bare = dataclasses.replace(sample, meta=meta)
+    bare = dataclasses.replace(sample, meta=meta, gt_boxes=(), scene=None)  # nor pseudo-GT boxes nor a scene graph
     out = T.default_tools()["view_image"]({"visualization_type": "landmark_vis"}, bare)
     assert out.startswith("Error: ") and needle in out
 

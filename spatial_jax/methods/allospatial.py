@@ -1,7 +1,10 @@
-"""AlloSpatial: harness-gated trajectory reward (SPEC 5) over multi-turn rollouts that call tools."""
+"""AlloSpatial: harness-gated trajectory reward (SPEC 5) over multi-turn rollouts that call tools; its SFT targets
+call the tools where the sample has a scene map (methods/harness_targets.py)."""
 
 from spatial_jax.data.prompts import HARNESS
+from spatial_jax.data.tool_turns import register_target
 from spatial_jax.methods.base import Method, register
+from spatial_jax.methods.harness_targets import tool_target
 from spatial_jax.rewards import allospatial
 
 register(Method(
@@ -14,3 +17,4 @@ register(Method(
     well_formed=lambda c: c["structure"] >= 0.85,
     uses_tools=True,
 ))
+register_target(HARNESS.reference_key, tool_target)
