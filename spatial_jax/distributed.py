@@ -88,3 +88,19 @@ def allgather_json(obj: Any) -> list[Any]:
     padded[: raw.size] = raw
     everyone = multihost_utils.process_allgather(padded)
     return [json.loads(bytes(row[:n])) for row, n in zip(everyone, counts)]
+
+
+def primary_says(value: bool) -> bool:
+    """The first process's `value` on every process: a decision all must take alike (they then run the same
+    collectives) though only the first can make it, e.g. from the files it wrote."""
+    if jax.process_count() == 1:
+        return bool(value)
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(bool(value))))
+
+
+def place(x: jax.Array, sharding: jax.sharding.Sharding) -> jax.Array:
+    """`jax.device_put(x, sharding)`, also for a PRNG key array (e.g. LoRA dropout streams) onto devices of other
+    processes, which device_put refuses for keys: their raw data is placed and wrapped again."""
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(jax.device_put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
+    return jax.device_put(x, sharding)

@@ -1,27 +1,73 @@
-"""Hugging Face export: weights sharded over a mesh, adapters merged, streamed into several safetensors files, load in
-transformers with the JAX policy's logits (float32, max abs 1e-4 over real tokens); `spatial-jax export` refuses what
-is not a run. The export of a two-process run (weights sharded across processes) and the command on a real run are
-tested on the cluster run of tests/test_multihost.py."""
+"""Hugging Face export from weights sharded across processes: two CPU processes of 2 devices each hold a tiny policy
+with adapters in both towers and scanned (stacked) layers on a 2x2 (data, fsdp) mesh spanning both, export it in
+several safetensors files (layers cut from the stacked arrays, adapters merged), and transformers' logits on the files
+equal the JAX policy's as the two processes computed them (float32, max abs 1e-4 over real tokens). The job's own
+export at the end of a two-process run and `spatial-jax export` on it are tested on tests/test_multihost.py's cluster
+run; here also the command's refusals."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
-from flax import nnx
-from test_model_lora import tiny_image_batch
-from test_model_utils import forward, max_err_real
 
 from spatial_jax.cli import main
-from spatial_jax.models import LoRAConfig, ModelConfig, create_model
+from spatial_jax.models import get_rope_index, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = 1e-4
+
+# each process: join the cluster, build the same random policy on the global mesh, give its adapters weights that
+# change the function, compute its logits on a two-row image batch (the first process keeps them), export it
+PROCESS = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+from spatial_jax import distributed
+distributed.initialize()
+from spatial_jax.models import LoRAConfig, ModelConfig, Qwen3VL, get_rope_index, prepare_vision_inputs
 from spatial_jax.models.hf_io import save_pretrained
 from spatial_jax.models.lora import lora_layers
-from spatial_jax.models.sharding import make_mesh
+from spatial_jax.models.sharding import make_mesh, state_shardings
 
-TOL = 1e-4
+lora = LoRAConfig(rank=4, alpha=8.0, dropout=0.0, vision_rank=2, vision_alpha=4.0)
+cfg = ModelConfig.tiny(vocab_size=96, tie_word_embeddings=False, lora=lora).replace(scan_layers=True)
+model = Qwen3VL(cfg, rngs=nnx.Rngs(2))
+state = nnx.state(model)  # placed as sharding.shard_model does, with distributed.place for the dropout keys
+nnx.update(model, jax.tree.map(lambda v, s: v.replace(distributed.place(v.get_value(), s.get_value())), state,
+                               state_shardings(state, make_mesh(2, 2)), is_leaf=lambda x: isinstance(x, nnx.Variable)))
+rng = np.random.default_rng(0)
+for layer in lora_layers(model):
+    if layer.rank:
+        b = layer.lora_b[...]
+        layer.lora_b[...] = jax.device_put(jnp.asarray(0.3 * rng.standard_normal(b.shape), b.dtype), b.sharding)
+assert not all(x.is_fully_addressable for x in jax.tree.leaves(nnx.state(model)))  # sharded across the processes
+ids, mask, grids = np.zeros((2, 10), np.int32), np.zeros((2, 10), np.int32), np.array([[1, 4, 4], [1, 2, 2]])
+for b, row in enumerate([[3, cfg.vision_start_token_id] + [cfg.image_token_id] * 4 + [cfg.vision_end_token_id, 5, 6],
+                         [7, 8, cfg.vision_start_token_id, cfg.image_token_id, cfg.vision_end_token_id, 9]]):
+    ids[b, 10 - len(row):], mask[b, 10 - len(row):] = row, 1
+pixels = rng.standard_normal((int(grids.prod(-1).sum()), cfg.vision.patch_dim)).astype(np.float32)
+positions, _ = get_rope_index(ids, grids, mask, image_token_id=cfg.image_token_id,
+                              spatial_merge_size=cfg.vision.spatial_merge_size)
+vision = prepare_vision_inputs(pixels, grids, cfg.vision)
+forward = nnx.jit(lambda m, *a: m(a[0], positions=a[1], attention_mask=a[2], vision=a[3])[0])
+logits = distributed.to_host(forward(model, ids, jnp.asarray(positions), mask, vision))
+if distributed.is_primary():
+    np.savez(sys.argv[2], ids=ids, mask=mask, grids=grids, pixels=pixels, logits=logits)
+save_pretrained(model, sys.argv[1], max_shard_bytes=40_000)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
 
 
 def hf_logits_of(path, ids, mask, positions, pixels, grids, image_token_id) -> np.ndarray:
@@ -39,34 +85,42 @@ def hf_logits_of(path, ids, mask, positions, pixels, grids, image_token_id) -> n
                   ).logits.numpy()
 
 
-def export_error(model, path, ids, mask, pixels, grids) -> float:
-    """Largest |logit| difference over real tokens between `model` and transformers on its export at `path`."""
-    positions, _ = model.get_rope_index(ids, grids, mask)
-    ours = forward(model, ids, mask, pixels, grids, positions=positions)
-    theirs = hf_logits_of(path, ids, mask, positions, pixels, grids, model.cfg.image_token_id)
-    return max_err_real(ours, theirs, mask)
+def export_error(logits, path, ids, mask, pixels, grids) -> float:
+    """Largest |logit| difference over real tokens between `logits` (the JAX policy's) and transformers' on the
+    export at `path`."""
+    cfg = load_config(path)
+    positions, _ = get_rope_index(ids, grids, mask, image_token_id=cfg.image_token_id,
+                                  spatial_merge_size=cfg.vision.spatial_merge_size)
+    theirs = hf_logits_of(path, ids, mask, positions, pixels, grids, cfg.image_token_id)
+    return float(np.abs(np.asarray(logits) - theirs)[np.asarray(mask) > 0].max())
 
 
-def test_sharded_adapted_model_exports_in_pieces(tmp_path):
-    # stacked (scanned) layers: each layer's tensor is cut from the stacked array; unstacked ones are the simple case
-    lora = LoRAConfig(rank=4, alpha=8.0, dropout=0.0, vision_rank=2, vision_alpha=4.0)
-    cfg = ModelConfig.tiny(vocab_size=96, tie_word_embeddings=False, lora=lora).replace(scan_layers=True)
-    model = create_model(cfg, seed=2, mesh=make_mesh(2, 2, 2))
-    rng = np.random.default_rng(0)
-    for layer in lora_layers(model):  # adapters that change the function, in both towers
-        if layer.rank:
-            b = layer.lora_b[...]
-            layer.lora_b[...] = jax.device_put(jnp.asarray(0.3 * rng.standard_normal(b.shape), b.dtype), b.sharding)
-    assert any(not x.is_fully_replicated for x in jax.tree.leaves(nnx.state(model, nnx.Param)))  # sharded for real
-    save_pretrained(model, tmp_path, max_shard_bytes=40_000)
-    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+def test_two_processes_export_an_adapted_sharded_policy(tmp_path):
+    port, out = _free_port(), tmp_path / "hf"
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]
+    cluster = []
+    try:
+        for i, log in enumerate(logs):  # output to files: an unread pipe could stall a process mid-collective
+            with open(log, "wb") as f:
+                env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS="--xla_force_host_platform_device_count=2",
+                           JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
+                cluster.append(subprocess.Popen([sys.executable, "-c", PROCESS, str(out), str(tmp_path / "jax.npz")],
+                                                cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env))
+        for proc in cluster:
+            proc.wait(timeout=300)
+    finally:
+        for proc in cluster:
+            proc.kill()
+    for proc, log in zip(cluster, logs):
+        assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
+    index = json.loads((out / "model.safetensors.index.json").read_text())
     files = set(index["weight_map"].values())
-    assert len(files) > 2 and all((tmp_path / f).exists() for f in files)
-    names = set(index["weight_map"])
-    assert not any("lora" in n for n in names)
-    assert "model.language_model.layers.1.mlp.down_proj.weight" in names  # per layer, also from stacked weights
-    ids, mask, pixels, grids = tiny_image_batch(cfg, seed=1)
-    assert export_error(model, tmp_path, ids, mask, pixels, grids) < TOL
+    assert len(files) > 2 and sorted(p.name for p in out.glob("*.safetensors")) == sorted(files)
+    assert not any("lora" in name for name in index["weight_map"])
+    assert "model.language_model.layers.1.mlp.down_proj.weight" in index["weight_map"]  # cut from a stacked array
+    ours = np.load(tmp_path / "jax.npz")
+    err = export_error(ours["logits"], out, ours["ids"], ours["mask"], ours["pixels"], ours["grids"])
+    assert err < TOL
 
 
 def test_export_command_refuses_what_is_not_a_run(tmp_path, capsys):

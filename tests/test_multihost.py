@@ -21,6 +21,7 @@ import jax
 import numpy as np
 import pytest
 from test_export import TOL, export_error
+from test_model_utils import forward
 
 import spatial_jax.methods
 from spatial_jax import config as C
@@ -126,8 +127,8 @@ def test_two_processes_train_like_one(dense, tmp_path):
     batch = next(eval_iterator(job.cfg.data, job.tok, job.method.prompt, 2, image_cfg=job.policy.image_cfg))
     hf = tmp_path / "cluster" / "hf"
     assert summary["hf_checkpoint"] == str(hf) and (hf / "tokenizer.json").exists()
-    ids, mask = batch.input_ids, batch.attention_mask
-    assert export_error(job.model, hf, ids, mask, batch.pixel_values, batch.image_grid_thw) < TOL
+    ids, mask, pixels, grids = batch.input_ids, batch.attention_mask, batch.pixel_values, batch.image_grid_thw
+    assert export_error(forward(job.model, ids, mask, pixels, grids), hf, ids, mask, pixels, grids) < TOL
     # on demand: the command on the finished run writes the same tensors, in bfloat16 when asked
     assert main(["export", "--run-dir", str(tmp_path / "cluster"), "--out", str(tmp_path / "again"),
                  "--dtype", "bfloat16"]) == 0
@@ -136,3 +137,52 @@ def test_two_processes_train_like_one(dense, tmp_path):
     for name in ours.names():
         np.testing.assert_allclose(again.get(name).astype(np.float32), ours.get(name), rtol=1e-2, atol=1e-6)
 
+
+
+def test_each_process_reads_its_block_of_the_batches_one_process_reads():
+    """HostShare's iterators, for processes 0 and 1 of 2, read blocks that make up the batches of one process (across
+    an epoch boundary, and from a restored position), without any cluster."""
+    from spatial_jax.data.image_processing import ImageProcessingConfig
+    from spatial_jax.data.pipeline import DataConfig, train_iterator
+    from spatial_jax.data.tokenizer import build_tokenizer
+    from spatial_jax.rollout.hosts import HostShare
+
+    tok, fmt = build_tokenizer(), spatial_jax.methods.get_method("spatialcore").prompt
+    data = DataConfig(train="synthetic:train:6", bucket_lengths=(256, 512), seed=4)
+    whole = train_iterator(data, tok, fmt, 4, mode="rl")
+    blocks = [HostShare(i, 2).iterator(data, tok, fmt, 4, "rl", ImageProcessingConfig()) for i in range(2)]
+    for _ in range(3):  # 6 samples in batches of 4: the second batch spans two epochs
+        batch, parts = next(whole), [next(it) for it in blocks]
+        assert [len(p.records) for p in parts] == [2, 2]
+        assert [r.id for p in parts for r in p.records] == [r.id for r in batch.records]
+        width = batch.input_ids.shape[1]
+        for p, rows in zip(parts, (slice(0, 2), slice(2, 4))):
+            np.testing.assert_array_equal(p.input_ids[:, -p.input_ids.shape[1]:], batch.input_ids[rows, width -
+                                          p.input_ids.shape[1]:])
+    state = blocks[1].get_state()
+    assert state == whole.get_state()  # positions count batches: a run resumes on another number of processes
+    again = HostShare(1, 2).iterator(data, tok, fmt, 4, "rl", ImageProcessingConfig())
+    again.set_state(state)
+    assert [r.id for r in next(again).records] == [r.id for r in next(whole).records][2:]
+    with pytest.raises(ValueError, match="do not split"):
+        HostShare(0, 3).iterator(data, tok, fmt, 4, "rl", ImageProcessingConfig())
+
+
+def test_a_process_keeps_its_own_rollouts_with_their_images():
+    from spatial_jax.rollout.completions import Completions
+    from spatial_jax.rollout.hosts import HostShare
+
+    counts = np.array([1, 1, 2, 2], np.int32)  # visual items per rollout
+    grids = np.array([[1, 2, 2], [1, 2, 4], [1, 4, 4], [1, 2, 2], [1, 2, 2], [1, 2, 6]], np.int32)
+    pixels = np.arange(int(grids.prod(-1).sum()), dtype=np.float32)[:, None].repeat(3, 1)
+    rows = np.arange(4)[:, None].repeat(5, 1)
+    comps = Completions(prompt_ids=rows, prompt_mask=rows, pixel_values=pixels, image_grid_thw=grids, tokens=rows,
+                        logprobs=rows * 1.0, entropies=rows * 1.0, mask=rows, texts=("a", "b", "c", "d"),
+                        offsets=((), (), (), ()), image_counts=counts)
+    first, second = HostShare(0, 2).own(comps), HostShare(1, 2).own(comps)
+    assert first.texts == ("a", "b") and second.texts == ("c", "d")
+    np.testing.assert_array_equal(second.tokens, rows[2:])
+    np.testing.assert_array_equal(second.image_grid_thw, grids[2:])
+    np.testing.assert_array_equal(np.concatenate([first.pixel_values, second.pixel_values]), pixels)
+    assert len(first.pixel_values) == 4 + 8
+    assert HostShare().own(comps) is comps

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -21,6 +22,7 @@ import numpy as np
 from spatial_jax.config import ConfigError, to_dict
 from spatial_jax.data.pipeline import Batch, eval_iterator, open_source
 from spatial_jax.data.sample import DatasetError
+from spatial_jax.distributed import primary_says
 from spatial_jax.eval.evaluate import evaluate
 from spatial_jax.rewards.advantages import group_advantages
 from spatial_jax.rl import report
@@ -124,7 +126,7 @@ class Trainer(Workspace):
                 if cfg.eval.after_rl:
                     results["after_rl"] = self.evaluate("rl")
             if cfg.export_hf and (cfg.sft.steps > 0 or cfg.rl.steps > 0):
-                results["hf_checkpoint"] = str(self.export(self.run_dir / "hf"))
+                results["hf_checkpoint"] = str(self.export_final())
         if not self.primary:
             return results
         results.update(report.compare_stages(self.run_dir, results))
@@ -134,6 +136,22 @@ class Trainer(Workspace):
             results["curves_png"] = curves
         report.print_summary(results)
         return results
+
+    def export_final(self) -> Path:
+        """<run_dir>/hf: the trained policy as a Hugging Face checkpoint, written unless it already holds these
+        weights (its export.json names the stage and step it was written from; a finished job run again writes
+        nothing). The marker goes last, so an export cut short is redone."""
+        out = self.run_dir / "hf"
+        cfg = self.cfg
+        mark = {"stage": "rl", "step": cfg.rl.steps} if cfg.rl.steps > 0 else {"stage": "sft", "step": cfg.sft.steps}
+        if primary_says(self.primary and report.read_json(out / "export.json") == mark):
+            return out
+        if self.primary:
+            (out / "export.json").unlink(missing_ok=True)
+        self.export(out)
+        if self.primary:
+            report.write_json(out / "export.json", mark)
+        return out
 
     def stage(self, name: str, steps: int, batch_size: int, checkpoint_every: int, keys: tuple[str, ...],
               step_fn: Callable[[int, Batch, Any, Any], tuple[dict[str, Any], Any]]) -> None:
