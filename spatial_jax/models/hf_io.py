@@ -25,7 +25,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from spatial_jax.distributed import barrier, is_primary, to_host
-from spatial_jax.models.config import DType, LoRAConfig, ModelConfig, RematPolicy
+from spatial_jax.models.config import AttentionImpl, DType, LoRAConfig, ModelConfig, RematPolicy
 from spatial_jax.models.lora import LoRALinear, reset_adapters
 from spatial_jax.models.qwen3_vl import Qwen3VL
 from spatial_jax.models.sharding import logical_to_spec, shard_model, variable_names
@@ -78,7 +78,9 @@ def _safetensors_header(entries: list[tuple[str, np.dtype, tuple[int, ...]]]) ->
 
 
 def _write_tensor(f, arr: np.ndarray) -> None:
-    f.write(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+    """Writes the raw little-endian bytes; no copy of a contiguous little-endian array."""
+    arr = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False)
+    f.write(arr.reshape(-1).view(np.uint8))
 
 
 def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray]) -> None:
@@ -196,6 +198,7 @@ def from_pretrained(
     attention_chunk: int = 1024,
     remat_policy: RematPolicy = "none",
     scan_layers: bool = False,
+    attention_impl: AttentionImpl = "auto",
 ) -> Qwen3VL:
     """Builds `Qwen3VL` from a HF checkpoint directory; adapters (if any) are fresh (B = 0).
 
@@ -205,7 +208,8 @@ def from_pretrained(
     """
     path = Path(path)
     cfg = load_config(path, lora=lora, dtype=dtype, param_dtype=param_dtype).replace(
-        remat=remat, attention_chunk=attention_chunk, remat_policy=remat_policy, scan_layers=scan_layers)
+        remat=remat, attention_chunk=attention_chunk, remat_policy=remat_policy, scan_layers=scan_layers,
+        attention_impl=attention_impl)
     reader = _CheckpointReader(path)
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed))))
 
@@ -335,9 +339,11 @@ def save_pretrained(model: Qwen3VL, path: str | os.PathLike, *, dtype: DType | N
             for t in shard:
                 if held[0] != t.var_path:
                     held = (t.var_path, t.value())
-                w = to_host(held[1] if t.layer is None else held[1][t.layer])
+                # HF layout and dtype on the device, so the host receives the bytes to write and holds one copy
+                w = held[1] if t.layer is None else held[1][t.layer]
+                w = to_host(_to_hf(t.path, w, cfg).astype(out_dtype))
                 if f is not None:
-                    _write_tensor(f, _to_hf(t.path, w, cfg).astype(out_dtype))
+                    _write_tensor(f, w)
     if write:
         if len(shards) > 1:
             total = sum(int(np.prod(t.shape, dtype=np.int64)) * itemsize for t in plan)
