@@ -17,6 +17,12 @@ DType = Literal["float32", "bfloat16", "float16"]
 # scores ("dots_no_batch"). "none" saves every activation (no recomputation).
 RematPolicy = Literal["none", "full", "dots", "dots_no_batch"]
 REMAT_POLICY_NAMES = ("none", "full", "dots", "dots_no_batch")
+# Attention kernels (spatial_jax.models.attention): "auto" = splash on TPU, cuDNN on GPU (16-bit), XLA otherwise.
+AttentionImpl = Literal["auto", "xla", "splash", "cudnn"]
+ATTENTION_IMPLS = ("auto", "xla", "splash", "cudnn")
+# Patches per frame slot of the vision tower: a frame is padded to the smallest bucket that holds it, so a new image
+# size reuses a compiled shape (beyond the last bucket: the next multiple of it).
+VISION_BUCKETS = (64, 256, 1024, 4096, 16384)
 
 LORA_TEXT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_VISION_TARGETS = ("qkv", "proj", "linear_fc1", "linear_fc2")
@@ -145,9 +151,20 @@ class ModelConfig:
     # Compile-time knob (no effect on results): decoder layers and vision blocks keep their parameters stacked on a
     # leading "layers" axis and run under lax.scan, so compile time barely grows with depth.
     scan_layers: bool = False
+    # Which attention implementation runs (results equal to float rounding; the KV-cache calls always use XLA).
+    attention_impl: AttentionImpl = "auto"
+    # Sorted patch counts per frame slot of the vision tower (VISION_BUCKETS); each a multiple of merge**2.
+    vision_buckets: tuple[int, ...] = VISION_BUCKETS
 
     def __post_init__(self):
         check_non_negative(self, "attention_chunk")
+        require("attention_impl", self.attention_impl, self.attention_impl in ATTENTION_IMPLS,
+                f"be one of {ATTENTION_IMPLS}")
+        m2 = self.vision.spatial_merge_size**2
+        buckets = self.vision_buckets
+        require("vision_buckets", buckets, len(buckets) > 0 and list(buckets) == sorted(set(buckets))
+                and all(isinstance(b, int) and b > 0 and b % m2 == 0 for b in buckets),
+                f"be a non-empty increasing tuple of positive multiples of spatial_merge_size**2 = {m2}")
         require("remat_policy", self.remat_policy, self.remat_policy in REMAT_POLICY_NAMES,
                 f"be one of {REMAT_POLICY_NAMES}")
         require("vision.out_hidden_size", self.vision.out_hidden_size,
