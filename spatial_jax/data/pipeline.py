@@ -1,4 +1,9 @@
-"""The grain input pipeline: samples -> image patches + the method's prompt ids -> left-padded, bucketed batches.
+"""The grain input pipeline: samples -> image (or video) patches + the method's prompt ids -> left-padded, bucketed
+batches.
+
+A sample's visual items are packed in prompt order: one per image, one per temporal group of a video (a video of
+grid [t, h, w] is t items [1, h, w], each behind its timestamp; see data/video_processing.py). `image_grid_thw` lists
+every item of the batch in row order and `image_counts` says how many belong to each row.
 
 Order is a pure function of the seed (grain's index shuffle, reshuffled each epoch), and the iterator's position is
 a small dict (`get_state` / `set_state`) that the trainer checkpoints; restoring it yields the same next batch.
@@ -20,7 +25,16 @@ from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_t
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.sample import DatasetError, Sample
 from spatial_jax.data.synthetic import SyntheticConfig, SyntheticSource
-from spatial_jax.data.tokenizer import SpatialTokenizer
+from spatial_jax.data.tokenizer import VIDEO_PAD, SpatialTokenizer
+from spatial_jax.data.video_processing import (
+    VideoProcessingConfig,
+    frame_grids,
+    preprocess_video,
+    read_video_file,
+    sample_indices,
+    timestamps,
+    video_placeholder,
+)
 
 PreprocessFn = Callable[[Sequence[np.ndarray], Any], tuple[np.ndarray, np.ndarray]]
 
@@ -98,13 +112,89 @@ def open_source(spec: str, synthetic_cfg: Any = None, check_images: bool = True)
 
 @dataclasses.dataclass(frozen=True)
 class Example:
-    """One encoded sample: token ids (prompt, then the completion in SFT mode) and its image patches."""
+    """One encoded sample: token ids (prompt, then the completion in SFT mode) and its visual items' patches."""
 
     input_ids: np.ndarray  # int32 [n]
     prompt_length: int
-    pixel_values: np.ndarray  # float32 [patches, C*tp*ps*ps]
-    image_grid_thw: np.ndarray  # int64 [1, 3]
+    pixel_values: np.ndarray  # float32 [patches, C*tp*ps*ps], items in prompt order
+    image_grid_thw: np.ndarray  # int64 [items, 3]
     sample: Sample
+
+
+@dataclasses.dataclass(frozen=True)
+class Visuals:
+    """A sample's pictures before preprocessing: its images, or its video's sampled frames, their source indices
+    and the clip's frame rate (for the timestamps)."""
+
+    images: list[np.ndarray]
+    frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
+    frame_indices: np.ndarray | None = None
+    fps: float | None = None
+
+    @property
+    def first(self) -> np.ndarray:
+        return self.images[0] if self.frames is None else self.frames[0]
+
+
+def video_config(image_cfg: Any, video_cfg: VideoProcessingConfig | None) -> VideoProcessingConfig:
+    """The video processor's config: as given, or Qwen3-VL's video defaults with the image processor's patch
+    layout (the vision tower's patch, temporal patch and merge sizes, and its normalisation)."""
+    if video_cfg is not None:
+        return video_cfg
+    return VideoProcessingConfig(patch_size=image_cfg.patch_size, temporal_patch_size=image_cfg.temporal_patch_size,
+                                 merge_size=image_cfg.merge_size, image_mean=tuple(image_cfg.image_mean),
+                                 image_std=tuple(image_cfg.image_std))
+
+
+def load_visuals(sample: Sample, video_cfg: VideoProcessingConfig = VideoProcessingConfig(),
+                 max_image_pixels: int | None = None) -> Visuals:
+    """Decodes the sample's images, or its video's frames (sampled by video_cfg unless the row lists its own frame
+    indices). What cannot be read is a DatasetError naming the row and the file."""
+    if sample.video is None:
+        return Visuals(sample.load_images(max_image_pixels))
+    v = sample.video
+    if v.path is not None:
+        try:
+            frames, idx, fps = read_video_file(v.path, lambda total, rate: sample_indices(total, v.fps or rate,
+                                                                                          video_cfg),
+                                               max_image_pixels)
+        except ValueError as e:
+            raise sample.error(f"video {v.path}: {e}") from None
+        return Visuals([], frames, idx, v.fps or fps)
+    if v.frame_indices is not None:
+        keep, idx = list(range(len(v.frames))), np.asarray(v.frame_indices)
+    else:
+        keep = sample_indices(len(v.frames), v.fps, video_cfg).tolist()
+        idx = np.asarray(keep)
+    frames = [sample.load_ref(v.frames[k], max_image_pixels, "video frame") for k in keep]
+    if len({f.shape for f in frames}) != 1:
+        raise sample.error(f"video frames differ in size: {sorted({f.shape[:2] for f in frames})}")
+    return Visuals([], np.stack(frames), idx, float(v.fps))
+
+
+def encode_visuals(sample: Sample, vis: Visuals, image_cfg: Any, video_cfg: VideoProcessingConfig,
+                   preprocess_fn: PreprocessFn = preprocess) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
+    """(pixel_values, item grids [items, 3], tokens per image, the video's placeholder text ([] without one))."""
+    try:
+        if vis.frames is None:
+            pixel_values, grid = preprocess_fn(vis.images, image_cfg)
+            grid = np.asarray(grid, np.int64).reshape(-1, 3)
+            return pixel_values, grid, [int(n) for n in num_image_tokens(grid, image_cfg.merge_size)], []
+        pixel_values, grid = preprocess_video(vis.frames, video_cfg)
+    except ValueError as e:
+        raise sample.error(f"{_visual_name(sample, vis)}: {e}") from None
+    times = timestamps(vis.frame_indices, vis.fps, video_cfg.temporal_patch_size)
+    return pixel_values, frame_grids(grid), [], [video_placeholder(grid, times, video_cfg.merge_size)]
+
+
+def _visual_name(sample: Sample, vis: Visuals) -> str:
+    if sample.video is not None:
+        return f"video {sample.video.path or 'of ' + str(len(sample.video.frames)) + ' frames'}"
+    if sample.image is not None and isinstance(sample.image, str):
+        return f"image {sample.image}"
+    if len(vis.images) == 1:
+        return f"image of {vis.images[0].shape[1]}x{vis.images[0].shape[0]} pixels"
+    return f"images {[r if isinstance(r, str) else 'array' for r in sample.images]}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,19 +208,23 @@ class Batch:
     input_ids: np.ndarray  # int32 [B, L]
     attention_mask: np.ndarray  # int32 [B, L]
     pixel_values: np.ndarray  # float32 [sum of patches, D]
-    image_grid_thw: np.ndarray  # int32 [B, 3]
+    image_grid_thw: np.ndarray  # int32 [sum of items, 3], rows' items in order
     prompt_lengths: np.ndarray  # int32 [B]
     loss_mask: np.ndarray | None  # int32 [B, L] in SFT mode
     records: tuple[Sample, ...]
+    image_counts: np.ndarray  # int32 [B]: visual items of each row (images, or a video's temporal groups)
 
 
-def prompt_text(sample: Sample, fmt: PromptFormat, tokenizer: SpatialTokenizer, image_tokens: int) -> str:
-    """The full chat prompt, generation prompt included (`<think>\\n` opened for the thinking formats)."""
+def prompt_text(sample: Sample, fmt: PromptFormat, tokenizer: SpatialTokenizer, image_tokens: int | Sequence[int],
+                video_placeholders: Sequence[str] = ()) -> str:
+    """The full chat prompt, generation prompt included (`<think>\\n` opened for the thinking formats); image_tokens
+    per image, and each video's expanded placeholder (video_processing.video_placeholder)."""
     return tokenizer.apply_chat_template(
         prompts.build_messages(sample, fmt),
-        image_token_counts=[image_tokens],
+        image_token_counts=[image_tokens] if isinstance(image_tokens, int) else list(image_tokens),
         add_generation_prompt=True,
         enable_thinking=fmt.thinking,
+        video_placeholders=video_placeholders,
     )
 
 
@@ -142,25 +236,27 @@ def encode_sample(
     image_cfg: Any = ImageProcessingConfig(),
     preprocess_fn: PreprocessFn = preprocess,
     max_image_pixels: int | None = None,
+    video_cfg: VideoProcessingConfig | None = None,
 ) -> Example:
-    """Image -> patches; prompt (and SFT target) -> ids, with exactly one <|image_pad|> per merged image token.
-    An image that cannot be loaded or preprocessed (aspect ratio over 200, say) is a DatasetError naming the row
-    (sample.origin) and the image."""
-    image = sample.load_image(max_image_pixels)
+    """Images or video -> patches; prompt (and SFT target) -> ids, with exactly one <|image_pad|> (<|video_pad|>)
+    per merged image (frame-group) token. A picture that cannot be loaded or preprocessed (aspect ratio over 200,
+    say) is a DatasetError naming the row (sample.origin) and the file."""
+    video_cfg = video_config(image_cfg, video_cfg)
+    vis = load_visuals(sample, video_cfg, max_image_pixels)
     if sample.image_size is None:  # SpatialThinker states the size its pixel boxes refer to; scorers read it too
-        sample = dataclasses.replace(sample, image_size=(int(image.shape[1]), int(image.shape[0])))
-    try:
-        pixel_values, grid_thw = preprocess_fn([image], image_cfg)
-    except ValueError as e:
-        where = sample.image if isinstance(sample.image, str) else f"of {image.shape[1]}x{image.shape[0]} pixels"
-        raise sample.error(f"image {where}: {e}") from None
-    n_image = int(num_image_tokens(grid_thw, image_cfg.merge_size)[0])
-    ids = tokenizer.encode(prompt_text(sample, fmt, tokenizer, n_image))
-    if ids.count(tokenizer.image_pad_id) != n_image:
-        raise sample.error(
-            f"the prompt holds {ids.count(tokenizer.image_pad_id)} image tokens, expected {n_image} "
-            "(does the question text contain <|image_pad|>?)"
-        )
+        first = vis.first
+        sample = dataclasses.replace(sample, image_size=(int(first.shape[1]), int(first.shape[0])))
+    pixel_values, grid_thw, image_tokens, placeholders = encode_visuals(sample, vis, image_cfg, video_cfg,
+                                                                        preprocess_fn)
+    ids = tokenizer.encode(prompt_text(sample, fmt, tokenizer, image_tokens, placeholders))
+    want = {tokenizer.image_pad_id: sum(image_tokens),
+            tokenizer.video_pad_id: sum(p.count(VIDEO_PAD) for p in placeholders)}
+    for token, n in want.items():
+        if ids.count(token) != n:
+            raise sample.error(
+                f"the prompt holds {ids.count(token)} {tokenizer.hf.convert_ids_to_tokens(token)} tokens, expected "
+                f"{n} (does the question text contain one?)"
+            )
     prompt_length = len(ids)
     if mode == "sft":
         target = sample.reference.get(fmt.reference_key)
@@ -171,7 +267,7 @@ def encode_sample(
         input_ids=np.asarray(ids, dtype=np.int32),
         prompt_length=prompt_length,
         pixel_values=np.asarray(pixel_values, dtype=np.float32),
-        image_grid_thw=np.asarray(grid_thw, dtype=np.int64).reshape(1, 3),
+        image_grid_thw=np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3),
         sample=sample,
     )
 
@@ -208,6 +304,7 @@ def collate(examples: Sequence[Example], pad_id: int, buckets: Sequence[int], sf
         prompt_lengths=np.asarray([e.prompt_length for e in examples], dtype=np.int32),
         loss_mask=loss_mask,
         records=tuple(e.sample for e in examples),
+        image_counts=np.asarray([len(e.image_grid_thw) for e in examples], dtype=np.int32),
     )
 
 
@@ -224,6 +321,7 @@ def make_dataset(
     drop_remainder: bool = True,
     image_cfg: Any = ImageProcessingConfig(),
     preprocess_fn: PreprocessFn = preprocess,
+    video_cfg: VideoProcessingConfig | None = None,
 ):
     """A grain.MapDataset of Batch: ds[k] is the k-th batch (random access, so any position can be recomputed).
     Batches follow `data` (buckets, seed); `num_epochs` None repeats forever."""
@@ -241,7 +339,8 @@ def make_dataset(
     if shuffle:
         ds = ds.shuffle(seed=data.seed)
     ds = ds.repeat(num_epochs)
-    ds = ds.map(lambda s: encode_sample(s, tokenizer, fmt, mode, image_cfg, preprocess_fn, data.max_image_pixels))
+    ds = ds.map(lambda s: encode_sample(s, tokenizer, fmt, mode, image_cfg, preprocess_fn, data.max_image_pixels,
+                                        video_cfg))
     return ds.batch(
         batch_size,
         drop_remainder=drop_remainder,
@@ -305,11 +404,22 @@ def blank_batch(
     fill: str = "mean",
     image_cfg: Any = ImageProcessingConfig(),
     preprocess_fn: PreprocessFn = preprocess,
+    video_cfg: VideoProcessingConfig | None = None,
 ) -> Batch:
-    """The same prompts on blank images (ProSR's counterfactual rollout): only pixel_values change, since a blank of
-    the same size has the same grid and so the same number of image tokens."""
-    out = [preprocess_fn([blank_image(r.load_image(), fill)], image_cfg) for r in batch.records]
-    grid = np.concatenate([np.asarray(g, dtype=np.int32).reshape(1, 3) for _, g in out], axis=0)
-    if not np.array_equal(grid, batch.image_grid_thw):
+    """The same prompts on blank pictures (ProSR's counterfactual rollout): every image of a prompt, and every
+    sampled frame of a video, becomes its own size-matched blank. Only pixel_values change, since blanks of the same
+    sizes have the same grids and so the same image tokens (and a video keeps its timestamps)."""
+    video_cfg = video_config(image_cfg, video_cfg)
+    pixels, grids = [], []
+    for r in batch.records:
+        vis = load_visuals(r, video_cfg)
+        blank = Visuals([blank_image(im, fill) for im in vis.images], frames=None, fps=vis.fps,
+                        frame_indices=vis.frame_indices)
+        if vis.frames is not None:
+            blank = dataclasses.replace(blank, frames=np.stack([blank_image(f, fill) for f in vis.frames]))
+        p, g, _, _ = encode_visuals(r, blank, image_cfg, video_cfg, preprocess_fn)
+        pixels.append(np.asarray(p, np.float32))
+        grids.append(np.asarray(g, np.int32).reshape(-1, 3))
+    if not np.array_equal(np.concatenate(grids, axis=0), batch.image_grid_thw):
         raise ValueError("blank images changed the image grid; was the batch made with another image config?")
-    return dataclasses.replace(batch, pixel_values=np.concatenate([np.asarray(p, np.float32) for p, _ in out], axis=0))
+    return dataclasses.replace(batch, pixel_values=np.concatenate(pixels, axis=0))

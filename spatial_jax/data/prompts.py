@@ -1,7 +1,7 @@
 """Prompt formats: the system prompt that asks for an output format (SPEC 1.1-1.3) and the user turn.
 
-Messages use the Hugging Face chat form ({"role", "content"}, content parts {"type": "image"} / {"type": "text"}),
-one image per sample placed before the text as Qwen3-VL's processor does.
+Messages use the Hugging Face chat form ({"role", "content"}, content parts {"type": "image"} / {"type": "video"} /
+{"type": "text"}): a sample's images (in order) or its video come before the text, as in Qwen3-VL's examples.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def user_text(sample: Sample, fmt: PromptFormat) -> str:
 
 def build_messages(sample: Sample, fmt: PromptFormat) -> list[dict]:
     """System + user turns for one sample; the generation prompt is added by the chat template."""
+    visual = [{"type": "video"}] if sample.video is not None else [{"type": "image"} for _ in sample.image_refs]
     return [
         {"role": "system", "content": fmt.system},
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": user_text(sample, fmt)}]},
+        {"role": "user", "content": [*visual, {"type": "text", "text": user_text(sample, fmt)}]},
     ]

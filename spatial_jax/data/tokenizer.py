@@ -34,13 +34,15 @@ CORPUS_SEED = 20240601
 CORPUS_SAMPLES = 400
 
 # Qwen3-VL's chat template shape: one image placeholder block per image part (expanded afterwards to the image's
-# token count), `<|im_start|>assistant\n` as generation prompt, `<think>\n` appended for the Thinking style.
+# token count), one video block per video part (its pad expanded afterwards to timestamped frame blocks),
+# `<|im_start|>assistant\n` as generation prompt, `<think>\n` appended for the Thinking style.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
     "{%- if message['content'] is string -%}{{- message['content'] -}}"
     "{%- else -%}{%- for part in message['content'] -%}"
     "{%- if part['type'] == 'image' -%}{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif part['type'] == 'video' -%}{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}"
     "{%- elif part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
     "{%- endfor -%}{%- endif -%}"
     "{{- '<|im_end|>\\n' -}}"
@@ -95,7 +97,7 @@ class SpatialTokenizer:
         self.vision_start_id = ids[VISION_START]
         self.vision_end_id = ids[VISION_END]
         self.image_pad_id = ids[IMAGE_PAD]
-        self.video_pad_id = ids[VIDEO_PAD]  # unused by the image-only pipeline; the model config wants one
+        self.video_pad_id = ids[VIDEO_PAD]
         self.think_id = ids[THINK]
         self.think_end_id = ids[THINK_END]
         self.tool_call_id = ids[TOOL_CALL]
@@ -185,12 +187,14 @@ class SpatialTokenizer:
         image_token_counts: Sequence[int] = (),
         add_generation_prompt: bool = True,
         enable_thinking: bool = False,
+        video_placeholders: Sequence[str] = (),
     ) -> str:
-        """The Qwen3-VL prompt text; the k-th image block gets image_token_counts[k] `<|image_pad|>` tokens."""
+        """The Qwen3-VL prompt text; the k-th image block gets image_token_counts[k] `<|image_pad|>` tokens and the
+        k-th video's `<|video_pad|>` becomes video_placeholders[k] (its timestamped frame blocks)."""
         text = self.hf.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking
         )
-        return expand_image_pads(text, image_token_counts)
+        return expand_video_pads(expand_image_pads(text, image_token_counts), video_placeholders)
 
     def save(self, directory: str | Path) -> None:
         self.hf.save_pretrained(str(directory))
@@ -229,6 +233,18 @@ def expand_image_pads(text: str, image_token_counts: Sequence[int]) -> str:
     out = [parts[0]]
     for c, rest in zip(counts, parts[1:]):
         out.append(VISION_START + IMAGE_PAD * c + VISION_END + rest)
+    return "".join(out)
+
+
+def expand_video_pads(text: str, placeholders: Sequence[str]) -> str:
+    """Replaces the k-th `<|video_pad|>` by placeholders[k] (the outer vision block stays, as transformers 5's
+    Qwen3VLProcessor leaves it)."""
+    parts = text.split(VIDEO_PAD)
+    if len(parts) - 1 != len(placeholders):
+        raise ValueError(f"the prompt has {len(parts) - 1} video placeholder(s) but {len(placeholders)} video(s)")
+    out = [parts[0]]
+    for p, rest in zip(placeholders, parts[1:]):
+        out.append(p + rest)
     return "".join(out)
 
 

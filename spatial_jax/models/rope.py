@@ -67,6 +67,7 @@ def get_rope_index(
     *,
     image_token_id: int,
     spatial_merge_size: int,
+    video_token_id: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """3-D positions of a (left-padded) batch: text tokens advance all three axes together, an image's tokens get
     (t, row, col) offsets from the current position, after which the position jumps by max(rows, cols).
@@ -74,6 +75,8 @@ def get_rope_index(
     Returns positions [3, B, T] int32 (0 at padding) and rope_deltas [B] int32 = max position + 1 - real length,
     so the n-th real token of a continuation (0-based over the whole row) sits at n + rope_delta.
     Images are consumed from image_grid_thw in batch-row order; each run of consecutive image tokens is one image.
+    Video tokens (video_token_id) are visual too: a video's frame group, behind its timestamp, is one run and takes
+    one [1, h, w] item (transformers splits a video's grid [t, h, w] so), in the same list in prompt order.
     """
     input_ids = np.asarray(input_ids)
     if input_ids.ndim != 2:
@@ -90,16 +93,19 @@ def get_rope_index(
     m = spatial_merge_size
     for b in range(B):
         ids = input_ids[b][mask[b]]
-        is_img = ids == image_token_id
+        # 0 text, 1 image, 2 video: a run changes where the kind does (as transformers' mm_token_type_ids groups)
+        kind = (ids == image_token_id).astype(np.int8)
+        if video_token_id is not None:
+            kind[ids == video_token_id] = 2
         pieces = []
         cur = 0
         i = 0
         n = len(ids)
         while i < n:
             j = i
-            while j < n and is_img[j] == is_img[i]:
+            while j < n and kind[j] == kind[i]:
                 j += 1
-            if not is_img[i]:
+            if not kind[i]:
                 pieces.append(np.broadcast_to(np.arange(j - i) + cur, (3, j - i)))
                 cur += j - i
             else:

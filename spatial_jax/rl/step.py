@@ -52,7 +52,8 @@ def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pix
     ids = np.concatenate([prompt_ids, targets], axis=1)
     mask = np.concatenate([np.asarray(prompt_mask, np.int32), target_mask], axis=1)
     positions, _ = get_rope_index(ids, image_grid_thw, mask, image_token_id=model_cfg.image_token_id,
-                                  spatial_merge_size=model_cfg.vision.spatial_merge_size)
+                                  spatial_merge_size=model_cfg.vision.spatial_merge_size,
+                                  video_token_id=model_cfg.video_token_id)
     vision = None
     if pixel_values is not None:
         vision = prepare_vision_inputs(pixel_values, image_grid_thw, model_cfg.vision)

@@ -249,13 +249,14 @@ class Trainer(Workspace):
         # each micro-batch divides by the whole batch's denominator, so accumulation equals one full-batch step
         normalizer = loss_denominator(jnp.asarray(mask), rc.loss.aggregation) / n_micro
         micro = len(adv) // n_micro
-        starts = np.concatenate([[0], np.cumsum(np.prod(comps.image_grid_thw, axis=-1))])
+        items, patches = comps.item_starts()
         datas = []
         for m in range(n_micro):
             rows = slice(m * micro, (m + 1) * micro)
             seq = st.make_seq_batch(
                 self.policy.model.cfg, comps.prompt_ids[rows], comps.prompt_mask[rows], comps.tokens[rows],
-                context[rows], comps.pixel_values[starts[rows.start] : starts[rows.stop]], comps.image_grid_thw[rows],
+                context[rows], comps.pixel_values[patches[items[rows.start]] : patches[items[rows.stop]]],
+                comps.image_grid_thw[items[rows.start] : items[rows.stop]],
                 loss_mask=mask[rows],
             )
             seq = st.shard_batch(seq, self.mesh)

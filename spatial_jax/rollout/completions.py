@@ -25,25 +25,36 @@ class Completions:
     prompt_ids: np.ndarray  # int32 [R, P] (left-padded)
     prompt_mask: np.ndarray  # int32 [R, P]
     pixel_values: np.ndarray  # float32 [sum of patches, patch_dim], rows' patches in rollout order
-    image_grid_thw: np.ndarray  # int32 [R, 3]
+    image_grid_thw: np.ndarray  # int32 [sum of items, 3], rows' visual items in rollout order
     tokens: np.ndarray  # int32 [R, N]
     logprobs: np.ndarray  # float32 [R, N] at the sampling temperature (pi_old)
     entropies: np.ndarray  # float32 [R, N] at temperature 1
     mask: np.ndarray  # int32 [R, N]: generated tokens, the stop token included
     texts: tuple[str, ...]
     offsets: tuple[tuple[tuple[int, int], ...], ...]
+    image_counts: np.ndarray  # int32 [R]: visual items of each rollout's prompt
+
+    def item_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first item of each row and one past the last [R + 1], first patch of each item and the end [items + 1])."""
+        return (np.concatenate([[0], np.cumsum(self.image_counts)]),
+                np.concatenate([[0], np.cumsum(np.prod(self.image_grid_thw, axis=-1))]))
 
 
-def repeat_batch(batch: Batch, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Each prompt row (and its image patches) repeated group_size times, in place: row i -> rows i*G .. i*G+G-1."""
-    sizes = np.prod(batch.image_grid_thw, axis=-1)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    pixels = [batch.pixel_values[starts[i] : starts[i + 1]] for i in range(len(sizes)) for _ in range(group_size)]
+def repeat_batch(batch: Batch, group_size: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each prompt row (and its visual items' patches) repeated group_size times, in place: row i -> rows
+    i*G .. i*G+G-1. Returns ids, mask, pixel_values, image_grid_thw, image_counts."""
+    items = np.concatenate([[0], np.cumsum(batch.image_counts)])
+    patches = np.concatenate([[0], np.cumsum(np.prod(batch.image_grid_thw, axis=-1))])
+    rows = range(len(batch.image_counts))
+    pixels = [batch.pixel_values[patches[items[i]] : patches[items[i + 1]]] for i in rows for _ in range(group_size)]
+    grids = [batch.image_grid_thw[items[i] : items[i + 1]] for i in rows for _ in range(group_size)]
     return (
         np.repeat(batch.input_ids, group_size, axis=0),
         np.repeat(batch.attention_mask, group_size, axis=0),
         np.concatenate(pixels, axis=0),
-        np.repeat(batch.image_grid_thw, group_size, axis=0),
+        np.concatenate(grids, axis=0),
+        np.repeat(batch.image_counts, group_size),
     )
 
 
@@ -55,7 +66,7 @@ def sample(
     group_size: int,
     seed: int,
 ) -> Completions:
-    ids, mask, pixels, grid = repeat_batch(batch, group_size)
+    ids, mask, pixels, grid, counts = repeat_batch(batch, group_size)
     out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid,
                       cfg=dataclasses.replace(cfg, seed=seed))
     tokens, m = to_host(out.tokens), to_host(out.mask)
@@ -68,7 +79,7 @@ def sample(
     return Completions(
         prompt_ids=ids, prompt_mask=mask, pixel_values=pixels, image_grid_thw=grid, tokens=tokens,
         logprobs=to_host(out.logprobs), entropies=to_host(out.entropies), mask=m,
-        texts=tuple(texts), offsets=tuple(offsets),
+        texts=tuple(texts), offsets=tuple(offsets), image_counts=counts,
     )
 
 

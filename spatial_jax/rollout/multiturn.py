@@ -114,7 +114,7 @@ def sample_multiturn(
     N = sampling_cfg.max_new_tokens
     stops = tuple(dict.fromkeys((*sampling_cfg.stop_token_ids, tokenizer.im_end_id, tokenizer.tool_call_end_id)))
     cfg = dataclasses.replace(sampling_cfg, seed=seed, stop_token_ids=stops)
-    ids, mask, pixels, grid = repeat_batch(batch, group_size)
+    ids, mask, pixels, grid, counts = repeat_batch(batch, group_size)
     need = required_cache_len(ids.shape[1], N, max_turns, max_tool_tokens)
     if max_len is None:
         max_len = need
@@ -152,10 +152,10 @@ def sample_multiturn(
             row.turn = []
             row.calls += 1
         state = extend(model, state, tool_tokens, tool_mask)
-    return _assemble(rows, ids, mask, pixels, grid, tokenizer, cfg, need - ids.shape[1])
+    return _assemble(rows, ids, mask, pixels, grid, counts, tokenizer, cfg, need - ids.shape[1])
 
 
-def _assemble(rows: list[_Row], ids, mask, pixels, grid, tokenizer: SpatialTokenizer, cfg: SamplingConfig,
+def _assemble(rows: list[_Row], ids, mask, pixels, grid, counts, tokenizer: SpatialTokenizer, cfg: SamplingConfig,
               capacity: int) -> MultiTurnCompletions:
     longest = max(len(row.tokens) for row in rows)
     N = cfg.max_new_tokens
@@ -186,4 +186,5 @@ def _assemble(rows: list[_Row], ids, mask, pixels, grid, tokenizer: SpatialToken
         prompt_ids=ids, prompt_mask=mask, pixel_values=pixels, image_grid_thw=grid, tokens=tokens,
         logprobs=logprobs, entropies=entropies, mask=loss, texts=tuple(texts), offsets=tuple(offsets),
         context_mask=context, num_tool_calls=np.asarray([row.calls for row in rows], np.int32),
+        image_counts=counts,
     )

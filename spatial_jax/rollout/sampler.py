@@ -128,7 +128,8 @@ def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=
         raise ValueError("pixel_values and image_grid_thw go together")
     cfg = model.cfg
     rel_positions, rel_deltas = get_rope_index(tokens, image_grid_thw, mask, image_token_id=cfg.image_token_id,
-                                               spatial_merge_size=cfg.vision.spatial_merge_size)
+                                               spatial_merge_size=cfg.vision.spatial_merge_size,
+                                               video_token_id=cfg.video_token_id)
     vision = None
     if pixel_values is not None:
         vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, pad_to=pad_patches_to)
