@@ -78,7 +78,7 @@ def write_jsonl(samples: Iterable[Sample], path: str | Path, image_dir: str | Pa
     with open(path, "w", encoding="utf-8") as f:
         for s in samples:
             image_path = None
-            if not isinstance(s.image, str):
+            if s.image is not None and not isinstance(s.image, str):  # several images / a video: paths only
                 from PIL import Image
 
                 image_dir.mkdir(parents=True, exist_ok=True)
