@@ -17,6 +17,7 @@ import dataclasses
 import math
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,7 @@ class Program:
 def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Program:
     """Lowers and compiles `jitted` at abstract `args` under `mesh` (activations constrained as in training)."""
     t0 = time.perf_counter()
+    print(f"plan: compiling {name} ({what})", file=sys.stderr, flush=True)
     with jax.set_mesh(mesh):
         compiled = jitted.lower(*args).compile()
     seconds = time.perf_counter() - t0
@@ -240,9 +242,12 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
     flops = float(cost["flops"]) if isinstance(cost, dict) and "flops" in cost else None
     peak = int(getattr(mem, "peak_memory_in_bytes", 0) or 0)
     derived = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
-    return Program(name, what, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
-                   int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), max(peak, int(derived)) + resident,
-                   seconds, flops, resident)
+    program = Program(name, what, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
+                      int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), max(peak, int(derived)) + resident,
+                      seconds, flops, resident)
+    print(f"plan: {name} compiled in {seconds:.0f} s, peak {fmt_bytes(program.peak)} per chip", file=sys.stderr,
+          flush=True)
+    return program
 
 
 @dataclasses.dataclass
@@ -416,7 +421,8 @@ class Report:
             share = "-" if t.hbm_bytes is None else f"{100 * p.peak / t.hbm_bytes:.0f}%"
             flops = "-" if p.flops is None else f"{p.flops / 1e12:.3g}"
             sizes = " ".join(f"{fmt_bytes(n):>10}" for n in (p.argument, p.temp, p.output, p.resident, p.peak))
-            lines.append(f"{p.name:<18} {sizes} {share:>7} {p.compile_s:>9.1f} {flops:>8}  {p.what}")
+            seconds = "-" if self.estimate else f"{p.compile_s:.1f}"
+            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8}  {p.what}")
         lines.append("peak = argument + output - aliased + temp (the compiler's buffer assignment) + resident (trainer "
                      "state held meanwhile: Adam state and KL reference copy while sampling)")
         return "\n".join(lines)
@@ -466,7 +472,7 @@ def _local_bytes(tree, mesh) -> int:
         for entry in spec:
             for ax in (entry,) if isinstance(entry, str) else (entry or ()):
                 shards *= dict(zip(mesh.axis_names, mesh.axis_sizes))[ax]
-        total += math.ceil(int(np.prod(x.shape)) / shards) * jnp.dtype(x.dtype).itemsize
+        total += math.ceil(int(np.prod(x.shape)) / shards) * x.dtype.itemsize
     return total
 
 
@@ -492,6 +498,15 @@ def _layer_working_set(mc: ModelConfig, rows: float, tokens: int, keys: int, ten
     chunk = min(tokens, mc.attention_chunk or tokens)
     scores = 3 * 4 * rows * (t.num_attention_heads / tensor) * chunk * keys
     return 2 * rows * tokens * _saved_per_token(mc, "none", tensor) + scores
+
+
+def _forward_working_set(mc: ModelConfig, rows: float, tokens: int, keys: int, tensor: int) -> float:
+    """One decoder layer's live temporaries in a forward without backward: the residual stream, normed input and
+    attention output, the MLP's gate, up and product, and float32 scores and probabilities of one query chunk."""
+    t, b = mc.text, jnp.dtype(mc.dtype).itemsize
+    chunk = min(tokens, mc.attention_chunk or tokens)
+    per_token = 4 * t.hidden_size + 3 * t.intermediate_size / tensor
+    return rows * tokens * per_token * b + 2 * 4 * rows * (t.num_attention_heads / tensor) * chunk * keys
 
 
 def _vision_bytes(mc: ModelConfig, images: float, grid, trains: bool) -> float:
@@ -544,7 +559,7 @@ def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
         sampling_resident = optimiser_bytes(shapes.rollouts > R) + reference
         if rc.loss.kl_coef > 0:
             local = R / shards
-            temp = (2 * local * T * t.hidden_size * b + _layer_working_set(mc, local, T, T, tensor) / 2
+            temp = (local * T * t.hidden_size * b + _forward_working_set(mc, local, T, T, tensor)
                     + _vision_bytes(mc, local, grid, False))
             resident = sampling_resident - reference
             out.append(Program("reference_forward", what, weights, 0, 0, int(temp), int(weights + temp + resident),
@@ -553,7 +568,7 @@ def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
         kv_shards = max(1, min(tensor, t.num_key_value_heads))
         cache = B * shapes.cache * t.num_hidden_layers * 2 * t.num_key_value_heads * t.head_dim * b / kv_shards
         logits = B * t.vocab_size * 4
-        prefill = (_layer_working_set(mc, B, shapes.prompt, shapes.prompt, tensor) / 2
+        prefill = (_forward_working_set(mc, B, shapes.prompt, shapes.cache, tensor)
                    + _vision_bytes(mc, B, grid, False))
         out.append(Program("rollout_prefill", f"{shapes.rollouts} prompts x {shapes.prompt} tokens, cache "
                            f"{shapes.cache}", int(weights + cache), int(cache), int(cache), int(prefill + logits),
