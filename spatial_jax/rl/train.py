@@ -31,7 +31,7 @@ from spatial_jax.rl.checkpoint import Checkpointer
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
-from spatial_jax.rl.optim import lr_schedule, make_optimizer
+from spatial_jax.rl.optim import lr_schedule
 from spatial_jax.rl.workspace import Workspace, check_resumable, trained_settings
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions
@@ -159,7 +159,7 @@ class Trainer(Workspace):
         (metrics, opt_state) does the work. A finished stage only hands its weights on."""
         cfg = self.cfg
         optim = self.optim_config(name)
-        tx = make_optimizer(optim)
+        tx = self.optimizer(name)
         schedule = lr_schedule(optim)
         updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
         ck = Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every)
