@@ -21,8 +21,10 @@ from spatial_jax.rl.pretrain import MANIFEST, file_hashes, pretrain, pretrain_co
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "tiny_base"
 TOL = 1e-4
+# small scenes and one sequence length: one compiled step, shared by the two pre-trainings
 QUICK = ["sft.steps=2", "sft.batch_size=2", "data.train=synthetic:train:8", "data.eval=synthetic:heldout:2",
-         "progress=false"]
+         "progress=false", "data.bucket_lengths=[512]", "data.synthetic.width=64", "data.synthetic.height=64",
+         "policy.min_pixels=4096", "policy.max_pixels=4096"]
 
 
 def _cfg(run_dir, *extra) -> TrainConfig:
