@@ -200,16 +200,19 @@ def test_vision_metadata_matches_hf_helpers():
     cfg = ModelConfig.from_hf(json.loads(hf_model("untied_gqa4").config.to_json_string())).vision
     grids = np.array([[1, 4, 6], [2, 2, 2], [1, 8, 4]])
     pixels = np.zeros((int(grids.prod(-1).sum()), cfg.patch_dim), np.float32)
-    vi = prepare_vision_inputs(pixels, grids, cfg, pad_to=int(grids.prod(-1).sum()) + 8)
+    vi = prepare_vision_inputs(pixels, grids, cfg, buckets=(16, 64), num_frames=6)
     g = torch.from_numpy(grids)
     idx, w = get_vision_interpolation_indices_and_weights(g, num_grid_per_side=6, mode="bilinear", align_corners=True,
                                                           spatial_merge_size=2)
-    P = int(grids.prod(-1).sum())
-    np.testing.assert_array_equal(np.asarray(vi.interp_idx)[:P], idx.numpy())
-    np.testing.assert_allclose(np.asarray(vi.interp_weight)[:P], w.numpy(), atol=1e-7)
-    np.testing.assert_array_equal(np.asarray(vi.rot_pos)[:P], get_vision_position_ids(g, 2).numpy())
+    # one slot of 64 patches (the bucket holding the largest frame, 32) per frame: 4 frames + 2 padding slots
     seg = np.asarray(vi.segment_ids)
-    assert (seg[P:] == -1).all() and sorted(set(seg[:P].tolist())) == [0, 1, 2, 3]  # one segment per frame
+    assert seg.shape == (6, 64) and seg.sum(1).tolist() == [24, 4, 4, 32, 0, 0]
+    real = seg > 0  # frames' patches in HF order, slot by slot
+    np.testing.assert_array_equal(np.asarray(vi.interp_idx)[real], idx.numpy())
+    np.testing.assert_allclose(np.asarray(vi.interp_weight)[real], w.numpy(), atol=1e-7)
+    np.testing.assert_array_equal(np.asarray(vi.rot_pos)[real], get_vision_position_ids(g, 2).numpy())
+    # the k-th real merged feature sits at slot f, position j < n_f / 4 (16 merged features per slot)
+    assert np.asarray(vi.feature_index)[:16].tolist() == [*range(6), 16, 32, *range(48, 56)]
     with pytest.raises(ValueError, match="covers"):
         prepare_vision_inputs(pixels[:-1], grids, cfg)
 

@@ -1,4 +1,5 @@
-"""Building blocks shared by the decoder and the vision tower: norms, embeddings, masked softmax attention."""
+"""Building blocks shared by the decoder and the vision tower: norms, embeddings, initialisers (attention is in
+spatial_jax.models.attention)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-# Finite "minus infinity": a query with no visible key (left padding) gets uniform weights instead of NaN.
-MASK_VALUE = -1e30
 
 
 def _host_rng(key: jax.Array) -> np.random.Generator | None:
@@ -84,33 +82,3 @@ class Embed(nnx.Module):
 
     def __call__(self, ids: jax.Array) -> jax.Array:
         return jnp.take(self.embedding[...], ids, axis=0).astype(jnp.dtype(self.dtype))
-
-
-def _attention_block(q, k, v, mask, scale):
-    B, T, H, D = q.shape
-    Hkv = k.shape[2]
-    qg = q.reshape(B, T, Hkv, H // Hkv, D)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(mask[:, None, None, :, :], scores, MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)
-
-
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float, chunk: int = 0) -> jax.Array:
-    """Grouped-query attention with an explicit boolean mask.
-
-    q [B, T, H, D], k/v [B, S, Hkv, D] (query head h reads kv head h // (H / Hkv)), mask [B, T, S]
-    (True = visible). Scores and softmax in float32; returns [B, T, H, D] in q's dtype. With 0 < chunk < T the
-    queries go through in blocks of `chunk`, each recomputed in the backward pass, so no [B, H, T, S] tensor is
-    ever live.
-    """
-    B, T, H, D = q.shape
-    if chunk <= 0 or T <= chunk:
-        return _attention_block(q, k, v, mask, scale)
-    n = -(-T // chunk)
-    pad = n * chunk - T
-    qp = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(B, n, chunk, H, D).swapaxes(0, 1)
-    mp = jnp.pad(mask, ((0, 0), (0, pad), (0, 0))).reshape(B, n, chunk, -1).swapaxes(0, 1)
-    block = jax.checkpoint(lambda qm: _attention_block(qm[0], k, v, qm[1], scale))
-    out = jax.lax.map(block, (qp, mp))  # [n, B, chunk, H, D]
-    return out.swapaxes(0, 1).reshape(B, n * chunk, H, D)[:, :T]

@@ -26,8 +26,10 @@ Model
         jit). Inside jit with images, or with a cache, positions must be given (a ValueError otherwise).
         pixel_values + image_grid_thw (host arrays) are turned into `VisionInputs` here, so the transformers-style
         call `model(input_ids, pixel_values=..., image_grid_thw=..., attention_mask=...)` works eagerly; inside
-        jit pass `vision=prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, pad_to=...)` and positions.
-        The image tokens of input_ids (all rows, row-major) receive the merged patch features in order.
+        jit pass `vision=prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, buckets=cfg.vision_buckets,
+        num_frames=..., row_group=...)` and positions. The image tokens of input_ids (all rows, row-major) receive
+        the merged patch features in order; with `row_group` (rows sharing images, e.g. G rollouts of a prompt)
+        each row's image tokens receive the features of its group's images, encoded once.
     positions, rope_deltas = model.get_rope_index(input_ids, image_grid_thw, attention_mask)   # numpy, host side
         positions [3,B,T] int32, rope_deltas [B] int32 (HF's [B,1] squeezed).
     cache = model.init_cache(batch, max_len, dtype=None)   # KVCache: keys/values tuples of [B,max_len,n_kv,hd],
@@ -75,7 +77,7 @@ from spatial_jax.models.layers import Embed, RMSNorm, param, random_normal
 from spatial_jax.models.scan import REMAT_POLICIES, run_stack, stack_modules
 from spatial_jax.models.sharding import constrain, shard_model
 from spatial_jax.models.text import DecoderLayer, KVCache, attention_mask_for
-from spatial_jax.models.vision import VisionInputs, VisionTower, prepare_vision_inputs
+from spatial_jax.models.vision import VisionInputs, VisionTower, count_features, feature_slots, prepare_vision_inputs
 
 
 def _is_concrete(*xs) -> bool:
@@ -123,6 +125,7 @@ class Qwen3VL(nnx.Module):
             None if attention_mask is None else np.asarray(attention_mask),
             image_token_id=self.cfg.image_token_id,
             spatial_merge_size=self.cfg.vision.spatial_merge_size,
+            video_token_id=self.cfg.video_token_id,
         )
 
     def __call__(
@@ -156,7 +159,7 @@ class Qwen3VL(nnx.Module):
         if pixel_values is not None:
             if vision is not None or image_grid_thw is None:
                 raise ValueError("give pixel_values together with image_grid_thw, or vision=VisionInputs, not both")
-            vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision)
+            vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, buckets=cfg.vision_buckets)
         if positions is None:
             if cache is not None:
                 raise ValueError("positions are required with a cache: get_rope_index(prompt ids, image_grid_thw, "
@@ -179,15 +182,16 @@ class Qwen3VL(nnx.Module):
         x = constrain(self.embed_tokens(input_ids), ("batch", "seq", "act_embed"))
         deepstack: tuple[jax.Array, ...] = ()
         if vision is not None:
-            img_mask = input_ids == cfg.image_token_id
-            if host_ids is not None and _is_concrete(vision.segment_ids):
-                n_tok = int((host_ids == cfg.image_token_id).sum())
-                n_feat = int((np.asarray(vision.segment_ids) >= 0).sum()) // cfg.vision.spatial_merge_size**2
-                if n_tok != n_feat:
-                    raise ValueError(f"image tokens ({n_tok}) and image features ({n_feat}) do not match")
+            img_mask = (input_ids == cfg.image_token_id) | (input_ids == cfg.video_token_id)  # video frames too
+            if host_ids is not None and _is_concrete(vision.segment_ids, vision.row_feature_count):
+                n_feat = count_features(vision, cfg.vision.spatial_merge_size)
+                is_img = (host_ids == cfg.image_token_id) | (host_ids == cfg.video_token_id)
+                n_tok = is_img.sum(1) if np.ndim(n_feat) else int(is_img.sum())
+                if np.shape(n_tok) != np.shape(n_feat) or np.any(n_tok != n_feat):
+                    raise ValueError(f"image tokens ({np.asarray(n_tok).tolist()}) and image features "
+                                     f"({np.asarray(n_feat).tolist()}) do not match")
             feats, deepstack = self.visual(vision)
-            # k-th image token (row-major) takes the k-th merged feature
-            idx = jnp.clip(jnp.cumsum(img_mask.reshape(-1)) - 1, 0, feats.shape[0] - 1).reshape(B, T)
+            idx = feature_slots(vision, img_mask)  # each image token's merged feature
             x = jnp.where(img_mask[..., None], jnp.take(feats, idx, axis=0).astype(x.dtype), x)
 
         cos, sin = rope.mrope_cos_sin(positions, cfg.text.head_dim, cfg.text.rope_theta, cfg.text.mrope_section)

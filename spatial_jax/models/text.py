@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spatial_jax.models.attention import AttentionMask, attention
 from spatial_jax.models.config import ModelConfig
-from spatial_jax.models.layers import RMSNorm, attention
+from spatial_jax.models.layers import RMSNorm
 from spatial_jax.models.lora import LoRALinear
 from spatial_jax.models.rope import apply_rotary
 from spatial_jax.models.sharding import constrain
@@ -49,6 +50,7 @@ class TextAttention(nnx.Module):
         self.num_kv = t.num_key_value_heads
         self.head_dim = t.head_dim
         self.chunk = cfg.attention_chunk
+        self.impl = cfg.attention_impl
         common = dict(use_bias=t.attention_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         self.q_proj = LoRALinear(t.hidden_size, self.num_heads * t.head_dim, axes=("embed", "heads"),
                                  **common, **cfg.lora.layer_kwargs("q_proj"))
@@ -79,7 +81,8 @@ class TextAttention(nnx.Module):
             new_kv = (k, v)
         k = constrain(k, ("batch", "cache_seq", "act_kv_heads", None))
         v = constrain(v, ("batch", "cache_seq", "act_kv_heads", None))
-        out = attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, self.head_dim**-0.5, self.chunk)
+        out = attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, scale=self.head_dim**-0.5, impl=self.impl,
+                        chunk=self.chunk)
         return self.o_proj(out.reshape(B, T, -1)), new_kv
 
 
@@ -117,17 +120,18 @@ class DecoderLayer(nnx.Module):
 
 def attention_mask_for(
     attention_mask: jax.Array, cache: KVCache | None, cache_index
-) -> tuple[jax.Array, jax.Array | None]:
-    """Boolean [B, T, S] visibility (causal and key-padding) and the cache's updated key mask.
+) -> tuple[AttentionMask, jax.Array | None]:
+    """Which keys each query sees (causal and key-padding) and the cache's updated key mask.
 
-    Without a cache S = T; with one S = max_len and the T queries sit at slots cache_index .. cache_index+T-1.
+    Without a cache: causal over the T tokens with the real ones as one segment (what every attention kernel
+    takes). With one: an explicit boolean [B, T, max_len] (the T queries sit at slots cache_index ..
+    cache_index+T-1, a traced offset no kernel mask can express), which runs on the XLA path.
     """
-    B, T = attention_mask.shape
+    T = attention_mask.shape[1]
     am = attention_mask.astype(jnp.int32)
     if cache is None:
-        causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]
-        return causal[None] & (am[:, None, :] > 0), None
+        return AttentionMask(segment_ids=(am > 0).astype(jnp.int32), causal=True), None
     key_mask = jax.lax.dynamic_update_slice(cache.mask, am, (0, cache_index))
     q_slot = cache_index + jnp.arange(T)
     causal = jnp.arange(cache.max_len)[None, :] <= q_slot[:, None]
-    return causal[None] & (key_mask[:, None, :] > 0), key_mask
+    return AttentionMask(dense=causal[None] & (key_mask[:, None, :] > 0)), key_mask

@@ -38,6 +38,8 @@ class PolicyConfig:
       remat; scan_layers runs decoder layers and vision blocks under one scan over stacked weights (compile time flat
       in depth; its training state is laid out differently, so a run cannot switch it on resume).
     attention_chunk: queries per attention block, which bounds the score matrix held in memory.
+    attention_impl: the attention kernel ("auto": splash on TPU, cuDNN flash on GPU for 16-bit compute, XLA
+      otherwise; "xla", "splash", "cudnn" force one; models/attention.py); results equal up to float rounding.
     min_pixels / max_pixels: the image processor's pixel budget (0 = Qwen3-VL's defaults; the tiny default keeps the
       synthetic 96 px scenes at 84 px, 9 image tokens).
     """
@@ -52,6 +54,7 @@ class PolicyConfig:
     remat_policy: Literal["none", "full", "dots", "dots_no_batch"] = "none"
     scan_layers: bool = False
     attention_chunk: int = 1024
+    attention_impl: Literal["auto", "xla", "splash", "cudnn"] = "auto"
     min_pixels: int = 3136
     max_pixels: int = 12544
     tokenizer_vocab_size: int = 768

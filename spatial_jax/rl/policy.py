@@ -11,7 +11,6 @@ import dataclasses
 from pathlib import Path
 
 import jax
-import optax
 from flax import nnx
 
 from spatial_jax.data.image_processing import ImageProcessingConfig
@@ -39,14 +38,6 @@ def trainable_filter(cfg: PolicyConfig) -> nnx.filterlib.Filter:
     return nnx.All(base, nnx.Not(nnx.PathContains("visual")))
 
 
-def freeze_vision(tx: optax.GradientTransformation, trainable: nnx.State) -> optax.GradientTransformation:
-    """`tx` on the trainable weights outside the vision tower; the tower's get a zero update and no optimiser
-    state (they stay bit-identical, and its gradients count in no clipping norm)."""
-    labels = jax.tree_util.tree_map_with_path(
-        lambda path, _: "frozen" if any(getattr(k, "key", None) == "visual" for k in path) else "train", trainable)
-    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
-
-
 def image_config(model_cfg: ModelConfig, cfg: PolicyConfig) -> ImageProcessingConfig:
     default = ImageProcessingConfig()
     return ImageProcessingConfig(
@@ -69,13 +60,13 @@ def build_policy(cfg: PolicyConfig, mesh: jax.sharding.Mesh) -> Policy:
         tokenizer = SpatialTokenizer.load(path)
         model = from_pretrained(path, dtype=cfg.dtype, param_dtype=cfg.param_dtype, mesh=mesh, lora=cfg.lora,
                                 remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
-                                attention_chunk=cfg.attention_chunk)
+                                attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl)
     else:
         tokenizer = build_tokenizer(cfg.tokenizer_vocab_size)
         model_cfg = ModelConfig.tiny(
             tokenizer.vocab_size, **tokenizer.model_token_ids(), lora=cfg.lora, dtype=cfg.dtype,
             param_dtype=cfg.param_dtype,
         ).replace(remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
-                  attention_chunk=cfg.attention_chunk)
+                  attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl)
         model = shard_model(Qwen3VL(model_cfg, rngs=nnx.Rngs(cfg.init_seed)), mesh)
     return Policy(model, tokenizer, image_config(model.cfg, cfg), mesh, trainable_filter(cfg))

@@ -44,8 +44,10 @@ class RLData:
 
 
 def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pixel_values, image_grid_thw,
-                   loss_mask=None) -> SeqBatch:
-    """Host arrays -> SeqBatch (positions from the model's M-RoPE index over the whole sequence)."""
+                   loss_mask=None, row_group=None, row_image_counts=None) -> SeqBatch:
+    """Host arrays -> SeqBatch (positions from the model's M-RoPE index over the whole sequence). With `row_group`
+    (rows with one id show the same images, given row by row: vision.prepare_vision_inputs) each group's images
+    are encoded once in the step and their features shared by its rows."""
     prompt_ids = np.asarray(prompt_ids, np.int32)
     targets = np.asarray(targets, np.int32)
     target_mask = np.asarray(target_mask, np.int32)
@@ -56,7 +58,9 @@ def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pix
                                   video_token_id=model_cfg.video_token_id)
     vision = None
     if pixel_values is not None:
-        vision = prepare_vision_inputs(pixel_values, image_grid_thw, model_cfg.vision)
+        vision = prepare_vision_inputs(pixel_values, image_grid_thw, model_cfg.vision,
+                                       buckets=model_cfg.vision_buckets, row_group=row_group,
+                                       row_image_counts=row_image_counts)
     loss = target_mask if loss_mask is None else np.asarray(loss_mask, np.int32) * target_mask
     return SeqBatch(
         input_ids=jnp.asarray(ids), attention_mask=jnp.asarray(mask), positions=jnp.asarray(positions, jnp.int32),
@@ -65,18 +69,19 @@ def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pix
 
 
 def shard_batch(tree: Any, mesh) -> Any:
-    """Places every array with a leading rollout axis across (data, fsdp); the rest (vision packs) replicated."""
-    batch_spec = logical_to_spec(("batch",), None, mesh)
+    """Places every array with a leading rollout axis across (data, fsdp), and the vision tower's frame slots
+    [F, L, ...] and per-row feature offsets the same way (an axis that does not divide is dropped); the feature
+    index and scalars are replicated."""
 
     def put(path, x):
         x = jnp.asarray(x)
         names = [getattr(p, "name", "") for p in path]
-        if "vision" in names or x.ndim == 0:
+        if x.ndim == 0 or "feature_index" in names:
             spec = jax.sharding.PartitionSpec()
         elif "positions" in names:
-            spec = jax.sharding.PartitionSpec(None, *batch_spec)
+            spec = logical_to_spec((None, "batch"), x.shape[:2], mesh)
         else:
-            spec = batch_spec
+            spec = logical_to_spec(("batch",), x.shape[:1], mesh)
         return jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
 
     return jax.tree_util.tree_map_with_path(put, tree)

@@ -39,6 +39,7 @@ STAGES = ("sft", "rl")
 # (plan).
 RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "export_hf", "eval", "data.eval", "data.read_threads",
                      "mesh", "plan", "policy.remat", "policy.remat_policy", "policy.attention_chunk",
+                     "policy.attention_impl",
                      "sft.checkpoint_every", "rl.checkpoint_every")
 
 

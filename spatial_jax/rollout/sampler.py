@@ -4,7 +4,8 @@ The sampler's whole state is one pytree (`SamplerState`): the KV cache (with its
 each row's count of real tokens and M-RoPE delta, the next-token logits, which rows are done, and the PRNG key. So a
 multi-turn rollout is a host loop of plain calls:
 
-    state = prefill(model, prompt_ids, prompt_mask, pixel_values=..., image_grid_thw=..., max_len=..., seed=...)
+    state = prefill(model, prompt_ids, prompt_mask, pixel_values=..., image_grid_thw=..., max_len=..., seed=...,
+                    row_group=...)  # rows showing the same images encode them once
     state, out = decode(model, state, cfg)            # rows stop at cfg.stop_token_ids (e.g. `</tool_call>`)
     state = extend(model, state, tool_ids, tool_mask)  # tool output joins the context; its rows become live again
     state, out2 = decode(model, state, cfg)
@@ -103,13 +104,16 @@ _extend_jit = jax.jit(_extend_impl, static_argnums=(0,))
 
 
 def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=None, image_grid_thw=None,
-           pad_patches_to: int | None = None) -> SamplerState:
+           row_group=None, row_image_counts=None, num_frames: int | None = None) -> SamplerState:
     """Appends `tokens` [B, T] (real where `token_mask` is 1; any padding pattern) to every row's context.
 
     Their positions continue each row's sequence (M-RoPE positions for image tokens when `pixel_values` and
     `image_grid_thw` come with them), their keys/values enter the cache, and a row that receives at least one real
     token becomes live again with the logits after its last one. Nothing is sampled and no log-probs are produced.
-    `pad_patches_to` pads the patches to a fixed count so differently sized images share one compile.
+    With `row_group` (vision.prepare_vision_inputs: rows with one id show the same images, given row by row with
+    `row_image_counts` items each) those images are encoded once and their features shared: the G rollouts of a
+    prompt. Frames are padded to the model's vision buckets (and to `num_frames` slots when given), so
+    differently sized images share one compile.
     """
     tokens = np.asarray(tokens, np.int32)
     if tokens.ndim != 2 or tokens.shape[0] != state.done.shape[0]:
@@ -132,19 +136,22 @@ def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=
                                                video_token_id=cfg.video_token_id)
     vision = None
     if pixel_values is not None:
-        vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, pad_to=pad_patches_to)
+        vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, buckets=cfg.vision_buckets,
+                                       num_frames=num_frames, row_group=row_group, row_image_counts=row_image_counts)
     graphdef, params = nnx.split(model)
     return _extend_jit(graphdef, params, state, jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(rel_positions),
                        jnp.asarray(rel_deltas), vision)
 
 
 def prefill(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None, max_len: int,
-            seed: int = 0, cache_dtype=None, pad_patches_to: int | None = None) -> SamplerState:
+            seed: int = 0, cache_dtype=None, row_group=None, row_image_counts=None,
+            num_frames: int | None = None) -> SamplerState:
     """Fresh cache of `max_len` slots filled with the (left-padded) prompts; ready for `decode`."""
     input_ids = np.asarray(input_ids)
     state = init_state(model, input_ids.shape[0], max_len, seed=seed, cache_dtype=cache_dtype)
     return extend(model, state, input_ids, attention_mask, pixel_values=pixel_values,
-                  image_grid_thw=image_grid_thw, pad_patches_to=pad_patches_to)
+                  image_grid_thw=image_grid_thw, row_group=row_group, row_image_counts=row_image_counts,
+                  num_frames=num_frames)
 
 
 def _decode_impl(graphdef, params, state: SamplerState, stop_ids: jax.Array, suppressed: jax.Array,
@@ -213,11 +220,12 @@ def decode(model, state: SamplerState, cfg: SamplingConfig) -> tuple[SamplerStat
 
 def generate(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None,
              cfg: SamplingConfig = SamplingConfig(), max_len: int | None = None, cache_dtype=None,
-             pad_patches_to: int | None = None) -> tuple[SampleOutput, SamplerState]:
+             row_group=None, row_image_counts=None, num_frames: int | None = None
+             ) -> tuple[SampleOutput, SamplerState]:
     """prefill + decode in one call; the cache has room for the prompt plus cfg.max_new_tokens unless max_len says."""
     prompt_len = np.asarray(input_ids).shape[1]
     state = prefill(model, input_ids, attention_mask, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
                     max_len=max_len or prompt_len + cfg.max_new_tokens, seed=cfg.seed, cache_dtype=cache_dtype,
-                    pad_patches_to=pad_patches_to)
+                    row_group=row_group, row_image_counts=row_image_counts, num_frames=num_frames)
     state, out = decode(model, state, cfg)
     return out, state
