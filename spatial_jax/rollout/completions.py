@@ -68,7 +68,8 @@ def sample(
 ) -> Completions:
     ids, mask, pixels, grid, counts = repeat_batch(batch, group_size)
     out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid,
-                      cfg=dataclasses.replace(cfg, seed=seed))
+                      cfg=dataclasses.replace(cfg, seed=seed), row_group=np.arange(len(ids)) // group_size,
+                      row_image_counts=counts)  # each prompt's images encoded once for its G rows
     tokens, m = to_host(out.tokens), to_host(out.mask)
     texts, offsets = [], []
     for r in range(tokens.shape[0]):
