@@ -16,6 +16,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from spatial_jax.distributed import place
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # logical name -> mesh axis (or tuple of mesh axes); names absent here are replicated.
@@ -124,7 +126,7 @@ def shard_model(model: nnx.Module, mesh: Mesh) -> nnx.Module:
     state = nnx.state(model)
     shardings = state_shardings(state, mesh)
     placed = jax.tree.map(
-        lambda v, s: v.replace(jax.device_put(v.get_value(), s.get_value())),
+        lambda v, s: v.replace(place(v.get_value(), s.get_value())),
         state, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable),
     )
     nnx.update(model, placed)
