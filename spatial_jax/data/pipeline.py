@@ -26,6 +26,7 @@ from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.sample import DatasetError, Sample
 from spatial_jax.data.synthetic import SyntheticConfig, SyntheticSource
 from spatial_jax.data.tokenizer import VIDEO_PAD, SpatialTokenizer
+from spatial_jax.data.tool_turns import encode_target, sft_target
 from spatial_jax.data.video_processing import (
     VideoProcessingConfig,
     frame_grids,
@@ -119,6 +120,7 @@ class Example:
     pixel_values: np.ndarray  # float32 [patches, C*tp*ps*ps], items in prompt order
     image_grid_thw: np.ndarray  # int64 [items, 3]
     sample: Sample
+    target_mask: np.ndarray | None = None  # int32 [n - prompt_length] (SFT): 1 on the model's own tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,17 +260,23 @@ def encode_sample(
                 f"{n} (does the question text contain one?)"
             )
     prompt_length = len(ids)
-    if mode == "sft":
-        target = sample.reference.get(fmt.reference_key)
+    target_mask = None
+    if mode == "sft":  # the reference completion, or the method's target with tool turns (data/tool_turns.py)
+        target = sft_target(sample, fmt.reference_key)
         if target is None:
             raise sample.error(f"SFT needs a reference completion under {fmt.reference_key!r}")
-        ids = ids + tokenizer.encode(target) + [tokenizer.im_end_id]
+        completion = encode_target(target, tokenizer, image_cfg, preprocess_fn)
+        ids = ids + completion.ids
+        target_mask = np.asarray(completion.loss, np.int32)
+        pixel_values = np.concatenate([np.asarray(pixel_values, np.float32), *completion.pixel_values], axis=0)
+        grid_thw = np.concatenate([np.asarray(grid_thw, np.int64).reshape(-1, 3), *completion.image_grid_thw])
     return Example(
         input_ids=np.asarray(ids, dtype=np.int32),
         prompt_length=prompt_length,
         pixel_values=np.asarray(pixel_values, dtype=np.float32),
         image_grid_thw=np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3),
         sample=sample,
+        target_mask=target_mask,
     )
 
 
@@ -295,7 +303,7 @@ def collate(examples: Sequence[Example], pad_id: int, buckets: Sequence[int], sf
         input_ids[i, width - n :] = e.input_ids
         attention_mask[i, width - n :] = 1
         if loss_mask is not None:
-            loss_mask[i, width - n + e.prompt_length :] = 1
+            loss_mask[i, width - n + e.prompt_length :] = 1 if e.target_mask is None else e.target_mask
     return Batch(
         input_ids=input_ids,
         attention_mask=attention_mask,

@@ -35,7 +35,13 @@ ALLOSPATIAL_SYSTEM = (
     "shows that bears on the question. When a tool is available, call it in its own step (Step2.x for the world "
     "map, Step3.x for a new view) as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, and after any "
     "tool use compare the evidence in Step4: Cross-Validation. Finish with Step5: Final Answer and put the answer "
-    "in <Answer></Answer>: the capital letter of the correct option, or a number when the question asks for one."
+    "in <Answer></Answer>: the capital letter of the correct option, or a number when the question asks for one.\n"
+    "Tools:\n"
+    "- world2mind: the allocentric map of the named objects. Arguments: {\"categories\": [object names], "
+    "\"knowledge_type\": \"landmark\" | \"route\" | \"both\", \"output_format\": \"rectangle\" | \"ellipse\", "
+    "\"scene_type\": \"indoor\" | \"outdoor\"}\n"
+    "- view_image: a rendered top-down picture of the map. Arguments: {\"visualization_type\": \"landmark_vis\" | "
+    "\"route_vis\"}"
 )
 
 @dataclasses.dataclass(frozen=True)

@@ -59,7 +59,7 @@ def collect(
         if hosts.count > 1:  # the tool loop runs tools for every row on each process
             raise ValueError("multi-turn rollouts need the whole batch on every process (HostShare of one)")
         comps = sample_multiturn(model, batch, tokenizer, sampling, group_size, seed, max_turns=tools.max_turns,
-                                 max_tool_tokens=tools.max_tokens)
+                                 max_tool_tokens=tools.max_tokens, image_cfg=image_cfg)
     else:
         comps = sample(model, hosts.gather(batch), tokenizer, sampling, group_size, seed)
     blank = None

@@ -3,14 +3,13 @@
 A host loop over the sampler's state: decode every live row until it stops at `<|im_end|>` or `</tool_call>`; for
 each row that stopped at `</tool_call>`, parse its call from this turn's text, run the tool on the row's sample and
 append the answer as one tool turn (ragged: rows without a call get no tokens); decode again; at most `max_turns`
-tool turns (SPEC 5). A tool turn's tokens, in the Qwen3 chat shape (the tool result as a user turn), are exactly
-
-    <|im_end|> "\\n" <|im_start|> "user\\n<tool_response>\\n" {output} "\\n</tool_response>" <|im_end|> "\\n"
-    <|im_start|> "assistant\\n"
-
-i.e. `encode(TOOL_TURN_PREFIX) + encode(output) + encode(TOOL_TURN_SUFFIX)`, the output's tokens cut so the whole turn
-fits `max_tool_tokens`, and `<`/`>` in the output escaped (`&lt;`/`&gt;`) so it can neither close the response nor
-spell a control token.
+tool turns (SPEC 5). A tool turn's tokens are `data/tool_turns.tool_turn_ids` (the Qwen3 chat shape, the tool
+result as a user turn), the output cut so the whole turn fits `max_tool_tokens`. A tool that answers with a picture
+as well (`view_image`) puts it first in the response as a vision block of n image tokens, n being the picture's
+merged-patch count under the policy's image processor; its patches go through the vision tower with the turn
+(`extend(..., pixel_values=, image_grid_thw=)`), and the rollout's visual items are the prompt's followed by its
+tool pictures, so the training forward over (prompt + completion) sees them at the same positions. A picture that
+does not fit `max_tool_tokens` is left out and the response says so.
 
 A row's completion is its model tokens and tool tokens in order, compacted (the sampler's padding slots dropped):
 the sequence a training forward over (prompt + completion) sees, at the same positions, so the trainer's log-probs at
@@ -26,17 +25,20 @@ from collections.abc import Callable, Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
 from spatial_jax.data.pipeline import Batch
 from spatial_jax.data.tokenizer import SpatialTokenizer
+from spatial_jax.data.tool_turns import TOOL_TURN_PREFIX, TOOL_TURN_SUFFIX, picture_block, tool_turn_ids
+from spatial_jax.data.world_map import PICTURE_SIDE, error
 from spatial_jax.distributed import to_host
 from spatial_jax.rewards.parse_harness import find_tool_call
 from spatial_jax.rollout.completions import Completions, repeat_batch
 from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.sampler import decode, extend, prefill
-from spatial_jax.rollout.tools import Tool, default_tools, run_call
+from spatial_jax.rollout.tools import Tool, default_tools, run_call_with_picture
 
-TOOL_TURN_PREFIX = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
-TOOL_TURN_SUFFIX = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+__all__ = ["TOOL_TURN_PREFIX", "TOOL_TURN_SUFFIX", "MultiTurnCompletions", "picture_block", "picture_config",
+           "required_cache_len", "sample_multiturn", "tool_turn_ids"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,22 +47,17 @@ class MultiTurnCompletions(Completions):
 
     context_mask: np.ndarray  # int32 [R, N]: model and tool tokens (the training forward's attention mask)
     num_tool_calls: np.ndarray  # int32 [R]: tool turns appended to each row
+    num_tool_pictures: np.ndarray  # int32 [R]: pictures among them (the last of each row's visual items)
 
 
-def escape_output(text: str) -> str:
-    return text.replace("<", "&lt;").replace(">", "&gt;")
-
-
-def tool_turn_ids(tokenizer: SpatialTokenizer, output: str, max_tool_tokens: int) -> list[int]:
-    """The token ids of one tool turn carrying `output` (cut to fit `max_tool_tokens`)."""
-    head, tail = tokenizer.encode(TOOL_TURN_PREFIX), tokenizer.encode(TOOL_TURN_SUFFIX)
-    room = max_tool_tokens - len(head) - len(tail)
-    if room < 1:
-        raise ValueError(
-            f"max_tool_tokens={max_tool_tokens} leaves no room for tool output: the tool turn's wrapper alone "
-            f"takes {len(head) + len(tail)} tokens"
-        )
-    return head + tokenizer.encode(escape_output(output))[:room] + tail
+def picture_config(model) -> ImageProcessingConfig:
+    """The image processor for tool pictures when none is given: the model's patch layout, and at most a
+    PICTURE_SIDE-pixel square's pixels."""
+    v = model.cfg.vision
+    factor = v.patch_size * v.spatial_merge_size
+    return ImageProcessingConfig(patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size,
+                                 merge_size=v.spatial_merge_size, min_pixels=factor * factor,
+                                 max_pixels=max(factor * factor, PICTURE_SIDE * PICTURE_SIDE))
 
 
 def required_cache_len(prompt_len: int, max_new_tokens: int, max_turns: int, max_tool_tokens: int) -> int:
@@ -76,6 +73,7 @@ class _Row:
     model: list[int] = dataclasses.field(default_factory=list)  # 1 = model token, 0 = tool token
     turn: list[int] = dataclasses.field(default_factory=list)  # model tokens since the last tool turn
     calls: int = 0
+    pictures: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)  # (patches, grid [1, 3])
 
     def add(self, tokens, logprobs, entropies, model: int) -> None:
         self.tokens.extend(int(t) for t in tokens)
@@ -96,6 +94,7 @@ def sample_multiturn(
     max_tool_tokens: int = 512,
     max_len: int | None = None,
     decode_fn: Callable = decode,
+    image_cfg: ImageProcessingConfig | None = None,
 ) -> MultiTurnCompletions:
     """G multi-turn rollouts per prompt (rollout r answers prompt r // G), as `rollouts.sample` but with tools.
 
@@ -103,13 +102,15 @@ def sample_multiturn(
     truncated there. `max_len` (default: exactly `required_cache_len`) is the KV cache size; a smaller one is an
     error up front. The completion width is the longest row rounded up to a multiple of max_new_tokens (capped at
     the most a rollout can hold), which bounds the number of distinct training shapes. `decode_fn` is the sampler's
-    `decode` (tests pass a scripted stand-in with the same signature).
+    `decode` (tests pass a scripted stand-in with the same signature). `image_cfg` preprocesses tool pictures as
+    the prompt's images are (the policy's image processor; default `picture_config(model)`).
     """
     if max_turns < 0:
         raise ValueError(f"max_turns must be >= 0, got {max_turns}")
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     tools = default_tools() if tools is None else tools
+    image_cfg = picture_config(model) if image_cfg is None else image_cfg
     tool_turn_ids(tokenizer, "", max_tool_tokens)  # the wrapper must fit before anything runs
     N = sampling_cfg.max_new_tokens
     stops = tuple(dict.fromkeys((*sampling_cfg.stop_token_ids, tokenizer.im_end_id, tokenizer.tool_call_end_id)))
@@ -142,17 +143,57 @@ def sample_multiturn(
             break
         tool_tokens = np.full((R, max_tool_tokens), cfg.pad_token_id, np.int32)
         tool_mask = np.zeros((R, max_tool_tokens), np.int32)
+        shown = []  # this turn's pictures, in row order (the order their image tokens come in the batch)
         for r in called:
             row = rows[r]
             call = find_tool_call(tokenizer.decode(row.turn))
-            answer = tool_turn_ids(tokenizer, run_call(call, tools, batch.records[r // group_size]), max_tool_tokens)
+            text, picture = run_call_with_picture(call, tools, batch.records[r // group_size])
+            answer, patches = _tool_answer(tokenizer, text, picture, image_cfg, max_tool_tokens)
+            if patches is not None:
+                row.pictures.append(patches)
+                shown.append(patches)
             tool_tokens[r, : len(answer)] = answer
             tool_mask[r, : len(answer)] = 1
             row.add(answer, [0.0] * len(answer), [0.0] * len(answer), model=0)
             row.turn = []
             row.calls += 1
-        state = extend(model, state, tool_tokens, tool_mask)
+        if shown:
+            state = extend(model, state, tool_tokens, tool_mask, pixel_values=np.concatenate([p for p, _ in shown]),
+                           image_grid_thw=np.concatenate([g for _, g in shown]))
+        else:
+            state = extend(model, state, tool_tokens, tool_mask)
+    pixels, grid, counts = _with_pictures(rows, pixels, grid, counts)
     return _assemble(rows, ids, mask, pixels, grid, counts, tokenizer, cfg, need - ids.shape[1])
+
+
+def _tool_answer(tokenizer: SpatialTokenizer, text: str, picture: np.ndarray | None, image_cfg: ImageProcessingConfig,
+                 max_tool_tokens: int) -> tuple[list[int], tuple[np.ndarray, np.ndarray] | None]:
+    """A tool turn's ids and its picture's (patches, grid), or None when there is no picture or it does not fit."""
+    if picture is None:
+        return tool_turn_ids(tokenizer, text, max_tool_tokens), None
+    patches, grid = preprocess([picture], image_cfg)
+    n = int(num_image_tokens(grid, image_cfg.merge_size)[0])
+    try:
+        return tool_turn_ids(tokenizer, text, max_tool_tokens, image_tokens=n), (patches, grid.astype(np.int32))
+    except ValueError:
+        note = error(f"the picture ({n} tokens) does not fit the tool turn's {max_tool_tokens} tokens; its caption:")
+        return tool_turn_ids(tokenizer, f"{note}\n{text}", max_tool_tokens), None
+
+
+def _with_pictures(rows: list[_Row], pixels, grid, counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's visual items: its prompt's, then its tool pictures in turn order."""
+    if not any(row.pictures for row in rows):
+        return pixels, grid, counts
+    items = np.concatenate([[0], np.cumsum(counts)])
+    starts = np.concatenate([[0], np.cumsum(np.prod(grid, axis=-1))])
+    out_pixels, out_grid = [], []
+    for r, row in enumerate(rows):
+        out_pixels.append(pixels[starts[items[r]] : starts[items[r + 1]]])
+        out_grid.append(grid[items[r] : items[r + 1]])
+        out_pixels.extend(p for p, _ in row.pictures)
+        out_grid.extend(g for _, g in row.pictures)
+    return (np.concatenate(out_pixels, axis=0), np.concatenate(out_grid, axis=0).astype(grid.dtype),
+            np.asarray(counts) + np.asarray([len(row.pictures) for row in rows], np.int32))
 
 
 def _assemble(rows: list[_Row], ids, mask, pixels, grid, counts, tokenizer: SpatialTokenizer, cfg: SamplingConfig,
@@ -186,5 +227,5 @@ def _assemble(rows: list[_Row], ids, mask, pixels, grid, counts, tokenizer: Spat
         prompt_ids=ids, prompt_mask=mask, pixel_values=pixels, image_grid_thw=grid, tokens=tokens,
         logprobs=logprobs, entropies=entropies, mask=loss, texts=tuple(texts), offsets=tuple(offsets),
         context_mask=context, num_tool_calls=np.asarray([row.calls for row in rows], np.int32),
-        image_counts=counts,
+        num_tool_pictures=np.asarray([len(row.pictures) for row in rows], np.int32), image_counts=counts,
     )
