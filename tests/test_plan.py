@@ -63,6 +63,7 @@ def test_cpu_plan_writes_every_program(cpu_report):
 def test_over_hbm_fails_naming_each_program_and_its_excess(cpu_report):
     code, report, _, err = cpu_report
     assert code == 1
+    (err,) = [line for line in err.splitlines() if line.startswith("spatial-jax plan:")]  # progress lines aside
     over = [p for p in report["programs"] if p["peak"] > HBM * 2**30]
     assert {p["name"] for p in over} == PROGRAMS - {"rollout_decode"}
     for p in over:
