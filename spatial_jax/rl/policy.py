@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 
 import jax
+import optax
 from flax import nnx
 
 from spatial_jax.data.image_processing import ImageProcessingConfig
@@ -36,6 +37,14 @@ def trainable_filter(cfg: PolicyConfig) -> nnx.filterlib.Filter:
     if cfg.train_vision:
         return base
     return nnx.All(base, nnx.Not(nnx.PathContains("visual")))
+
+
+def freeze_vision(tx: optax.GradientTransformation, trainable: nnx.State) -> optax.GradientTransformation:
+    """`tx` on the trainable weights outside the vision tower; the tower's get a zero update and no optimiser
+    state (they stay bit-identical, and its gradients count in no clipping norm)."""
+    labels = jax.tree_util.tree_map_with_path(
+        lambda path, _: "frozen" if any(getattr(k, "key", None) == "visual" for k in path) else "train", trainable)
+    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
 
 
 def image_config(model_cfg: ModelConfig, cfg: PolicyConfig) -> ImageProcessingConfig:

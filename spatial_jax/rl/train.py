@@ -250,6 +250,8 @@ class Trainer(Workspace):
         normalizer = loss_denominator(jnp.asarray(mask), rc.loss.aggregation) / n_micro
         micro = len(adv) // n_micro
         items, patches = comps.item_starts()
+        # each prompt's images are encoded once per micro-batch; tool pictures make a group's rows' images differ
+        share = not np.any(getattr(comps, "num_tool_pictures", 0))
         datas = []
         for m in range(n_micro):
             rows = slice(m * micro, (m + 1) * micro)
@@ -258,6 +260,8 @@ class Trainer(Workspace):
                 context[rows], comps.pixel_values[patches[items[rows.start]] : patches[items[rows.stop]]],
                 comps.image_grid_thw[items[rows.start] : items[rows.stop]],
                 loss_mask=mask[rows],
+                row_group=np.arange(rows.start, rows.stop) // self.cfg.rl.group_size if share else None,
+                row_image_counts=comps.image_counts[rows] if share else None,
             )
             seq = st.shard_batch(seq, self.mesh)
             if rc.loss.kl_coef > 0:

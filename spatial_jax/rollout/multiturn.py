@@ -124,7 +124,8 @@ def sample_multiturn(
             f"KV cache too small for multi-turn rollouts: max_len={max_len} < prompt {ids.shape[1]} + "
             f"{max_turns + 1} decode rounds x {N} tokens + {max_turns} tool turns x {max_tool_tokens} tokens = {need}"
         )
-    state = prefill(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, max_len=max_len, seed=seed)
+    state = prefill(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, max_len=max_len, seed=seed,
+                    row_group=np.arange(len(ids)) // group_size, row_image_counts=counts)
     R = ids.shape[0]
     rows = [_Row() for _ in range(R)]
     for turn in range(max_turns + 1):
