@@ -1,14 +1,12 @@
-"""MetricsWriter (JSONL + TensorBoard, resume without duplicates), ProgressBar, plot_curves."""
+"""MetricsWriter (JSONL + TensorBoard, resume without duplicates), ProgressBar."""
 
 import io
 import json
-import math
 import struct
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from PIL import Image
 
 from spatial_jax.rl import metrics as M
 
@@ -90,17 +88,3 @@ def test_progress_bar_shows_key_figures():
     bar.close()
     shown = out.getvalue()
     assert "3/10" in shown and "loss=0.1235" in shown and "reward_mean=1" in shown and "other" not in shown
-
-
-def test_plot_curves(tmp_path):
-    with M.MetricsWriter(tmp_path, tensorboard=False) as w:
-        for step in range(20):
-            w.log(step, {"loss": 1.0 / (step + 1), "reward": math.sin(step)})
-    out = tmp_path / "plots" / "curves.png"
-    plotted = M.plot_curves(tmp_path / "metrics.jsonl", out, ["loss", "reward", "absent"], smooth=3)
-    assert plotted == ["loss", "reward"]
-    with Image.open(out) as img:
-        assert img.size[0] > 300 and img.size[1] > 100
-        assert len(set(np.asarray(img.convert("L")).ravel().tolist())) > 10  # something was drawn
-    with pytest.raises(ValueError):
-        M.plot_curves(tmp_path / "metrics.jsonl", out, [])

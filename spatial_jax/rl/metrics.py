@@ -8,11 +8,9 @@ import math
 import numbers
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -175,51 +173,3 @@ class ProgressBar:
 
     def close(self) -> None:
         self._bar.close()
-
-
-def plot_curves(metrics_jsonl: str | Path, out_png: str | Path, keys: Iterable[str], smooth: int = 1) -> list[str]:
-    """Plots each key against step (one panel per key, optional moving average over `smooth` points) to out_png.
-
-    Returns the keys that had data; keys without any value are drawn as an empty panel saying so.
-    """
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = list(keys)
-    if not keys:
-        raise ValueError("plot_curves needs at least one key")
-    if smooth < 1:
-        raise ValueError(f"smooth must be >= 1, got {smooth}")
-    rows = read_metrics(metrics_jsonl)
-    cols = min(3, len(keys))
-    nrows = math.ceil(len(keys) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.2 * nrows), squeeze=False)
-    plotted = []
-    for ax, key in zip(axes.flat, keys):
-        pts = [(r["step"], r[key]) for r in rows
-               if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
-        ax.set_title(key)
-        ax.set_xlabel("step")
-        if not pts:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-            continue
-        steps, values = np.array(pts, dtype=np.float64).T
-        ax.plot(steps, values, alpha=0.35 if smooth > 1 else 1.0, color="C0")
-        if smooth > 1 and len(values) >= smooth:
-            kernel = np.ones(smooth) / smooth
-            ax.plot(steps[smooth - 1:], np.convolve(values, kernel, mode="valid"), color="C0")
-        ax.grid(alpha=0.3)
-        plotted.append(key)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    fig.tight_layout()
-    Path(out_png).parent.mkdir(parents=True, exist_ok=True)
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
-    write_atomic(out_png, png.getvalue())
-    return plotted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -112,8 +113,10 @@ def plot(run_dir: Path, results: dict[str, Any] | None = None, smooth: int = 5) 
         ax.axis("off")
     fig.tight_layout()
     out = run_dir / "curves.png"
-    fig.savefig(out, dpi=90)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=90)
     plt.close(fig)
+    write_atomic(out, png.getvalue())  # unchanged curves are not rewritten: a finished run reruns read-only
     return str(out)
 
 
