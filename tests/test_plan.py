@@ -12,7 +12,7 @@ import json
 import pytest
 
 from spatial_jax.cli import main
-from spatial_jax.rl.plan import fmt_bytes
+from spatial_jax.rl.plan import compiler_oom_bytes, fmt_bytes
 
 SMALL = ["data.bucket_lengths=[64]", "rl.prompts_per_step=2", "rl.group_size=2", "rl.micro_batch=4",
          "rl.sampling.max_new_tokens=16", "rl.loss.kl_coef=0.01", "rl.loss.max_completion_length=16",
@@ -81,6 +81,14 @@ def test_gpu_target_is_an_estimate_from_the_same_layout(tmp_path, capsys, cpu_re
     assert set(est) == PROGRAMS
     # the update's arguments (sharded weights + Adam state) are exact, not modelled: the compiled ones add the batch
     assert 0.9 < est["rl_update"]["argument"] / compiled["rl_update"]["argument"] < 1.1
+
+
+def test_compiler_refusal_is_read_as_the_programs_need():
+    # XLA:TPU's own words for spatialcore_8b full fine-tuning on v5p:2x2x1, mesh.fsdp=4, no remat
+    message = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
+               "(318.00G) exceeds available HBM (95.74G).")
+    assert compiler_oom_bytes(message) == 318 * 2**30
+    assert compiler_oom_bytes("RESOURCE_EXHAUSTED: something else") is None
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -229,12 +229,33 @@ class Program:
         return dataclasses.asdict(self)
 
 
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def compiler_oom_bytes(message: str) -> int | None:
+    """The temporaries XLA:TPU says a program needs when it refuses it for want of HBM ("... required for HLO
+    temporaries (318.00G) exceeds available HBM (95.74G)"), in bytes; None for any other error."""
+    found = re.search(r"required for HLO temporaries \(([0-9.]+)([KMGT])\) exceeds available HBM", message)
+    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
+
+
 def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Program:
     """Lowers and compiles `jitted` at abstract `args` under `mesh` (activations constrained as in training)."""
     t0 = time.perf_counter()
     print(f"plan: compiling {name} ({what})", file=sys.stderr, flush=True)
     with jax.set_mesh(mesh):
-        compiled = jitted.lower(*args).compile()
+        lowered = jitted.lower(*args)
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as err:
+            needed = compiler_oom_bytes(str(err))
+            if needed is None:
+                raise
+            # XLA:TPU refuses a program whose temporaries exceed the chip: that is the answer, not a failure
+            seconds = time.perf_counter() - t0
+            print(f"plan: {name} does not compile: {fmt_bytes(needed)} of temporaries", file=sys.stderr, flush=True)
+            return Program(name, what + " [compiler: out of HBM]", 0, 0, 0, needed, needed + resident, seconds, None,
+                           resident)
     seconds = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
