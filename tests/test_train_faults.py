@@ -109,7 +109,8 @@ def test_cut_json_files_in_the_run_directory_are_rewritten(finished, finished_pa
     for name in ("eval_sft.json", "eval_rl.json", "config.json", "summary.json"):
         _cut(run / name)
     assert main(["train", f"run_dir={run}", *JOB]) == 0
-    assert json.loads((run / "summary.json").read_text()) == dict(summary, run_dir=str(run))
+    moved = dict(summary, run_dir=str(run), hf_checkpoint=str(run / "hf"))  # the copy's own paths
+    assert json.loads((run / "summary.json").read_text()) == moved
     for name in ("eval_sft.json", "eval_rl.json", "config.json"):
         json.loads((run / name).read_text())
     assert _max_diff(_params(run), finished_params) == 0.0

@@ -115,4 +115,5 @@ def test_a_run_killed_anywhere_resumes_to_the_same_parameters(tmp_path):
         a, b = _params(straight), _params(killed)
     assert max(jax.tree.leaves(jax.tree.map(lambda x, y: float(np.max(np.abs(x - y))), a, b))) == 0.0, kills
     straight_summary = json.loads((straight / "summary.json").read_text())
-    assert json.loads((killed / "summary.json").read_text()) == dict(straight_summary, run_dir=str(killed))
+    moved = dict(straight_summary, run_dir=str(killed), hf_checkpoint=str(killed / "hf"))
+    assert json.loads((killed / "summary.json").read_text()) == moved

@@ -95,7 +95,9 @@ def target_logprobs(model, seq: SeqBatch, temperature: float, impl: str = "auto"
     P = seq.prompt_len
     h = hidden[:, P - 1 : L - 1].reshape(-1, D)  # position t predicts token t + 1
     tgt = seq.input_ids[:, P:].reshape(-1)
-    lp, ent = linear_logprob_entropy(h, model.lm_head_weight(), tgt, impl=impl, temperature=temperature)
+    # the head in the compute dtype, as the forward's logits use it (a float32 master would make the matmul float32)
+    lp, ent = linear_logprob_entropy(h, model.lm_head_weight().astype(h.dtype), tgt, impl=impl,
+                                     temperature=temperature)
     return lp.reshape(R, L - P), ent.reshape(R, L - P)
 
 
