@@ -98,7 +98,9 @@ def _tpu_topology(name):
 N, D, V = 8192, 4096, 151_936
 
 
-@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+# The forward+backward program holds the forward kernel too; the forward alone (benchmarks/pallas_tpu_compile.py)
+# would compile it a second time at no gain in proof.
+@pytest.mark.parametrize("mode", ["fwd_bwd"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("topology", ["v5p:2x2x1", "v6e:2x2"])
 def test_compiles_for_tpu(topology, dtype, mode):
