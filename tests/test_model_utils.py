@@ -43,14 +43,16 @@ VARIANTS = {
 }
 
 
-def hf_model(variant: str, seed: int = 0):
-    """A random transformers Qwen3VLForConditionalGeneration in float32 with every parameter perturbed."""
+def hf_model(variant: str, seed: int = 0, vocab_size: int | None = None, token_ids: dict | None = None):
+    """A random transformers Qwen3VLForConditionalGeneration in float32 with every parameter perturbed; a tokenizer's
+    vocabulary size and special-token ids replace the variant's when given."""
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     v = VARIANTS[variant]
-    cfg = Qwen3VLConfig(text_config=dict(v["text"]), vision_config=dict(v["vision"]), image_token_id=IMG,
-                        video_token_id=VID, vision_start_token_id=VSTART, vision_end_token_id=VEND,
-                        tie_word_embeddings=v["tie"])
+    text = {**v["text"], "vocab_size": vocab_size} if vocab_size else dict(v["text"])
+    ids = token_ids or dict(image_token_id=IMG, video_token_id=VID, vision_start_token_id=VSTART,
+                            vision_end_token_id=VEND)
+    cfg = Qwen3VLConfig(text_config=text, vision_config=dict(v["vision"]), tie_word_embeddings=v["tie"], **ids)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(cfg).float().eval()
     with torch.no_grad():

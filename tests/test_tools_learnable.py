@@ -18,20 +18,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from test_rollout_multiturn import _forced_step
 
 import spatial_jax.methods  # noqa: F401 (registers the AlloSpatial SFT target builder)
 from spatial_jax.data import synthetic, tool_turns
 from spatial_jax.data import world_map as wm
 from spatial_jax.data.pipeline import collate, encode_sample
 from spatial_jax.data.prompts import HARNESS
-from spatial_jax.models import decode_positions
 from spatial_jax.records import GTBox
 from spatial_jax.rewards import allospatial as allospatial_rewards
 from spatial_jax.rewards import parse_harness as ph
 from spatial_jax.rl import step as st
 from spatial_jax.rl.config import MeshConfig, PolicyConfig
 from spatial_jax.rl.policy import build_mesh, build_policy
-from spatial_jax.rollout import logits as lg
 from spatial_jax.rollout import multiturn as mt
 from spatial_jax.rollout import tools as T
 from spatial_jax.rollout.config import SamplingConfig
@@ -112,22 +111,6 @@ def test_world2mind_maps_gt_boxes_or_a_scene_graph_and_names_what_is_missing(sam
 
 # ------------------------------------------------------------------ the picture turn
 
-
-@functools.partial(jax.jit, static_argnums=(0, 5))
-def _forced_step(graphdef, params, state, tok, stop_ids, temperature):
-    """One sampler step with the token given instead of drawn (same model call, cache and bookkeeping)."""
-    model = nnx.merge(graphdef, params)
-    live = ~state.done
-    tok = jnp.where(live, tok, 0)
-    lp = jnp.where(live, lg.token_logprob(state.logits, tok, temperature), 0.0)
-    ent = jnp.where(live, lg.entropy(state.logits), 0.0)
-    logits, cache = model(tok[:, None], positions=decode_positions(state.num_real, state.rope_deltas),
-                          attention_mask=live[:, None].astype(jnp.int32), cache=state.cache,
-                          cache_index=state.cache_index)
-    done = state.done | (live & jnp.any(tok[:, None] == stop_ids[None, :], axis=1))
-    state = state.replace(cache=cache, cache_index=state.cache_index + 1,
-                          num_real=state.num_real + live.astype(jnp.int32), logits=logits[:, 0], done=done)
-    return state, tok, lp, ent, live
 
 
 class Forced:

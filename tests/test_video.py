@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_model_utils import VARIANTS, forward, max_err_real
+from test_model_utils import forward, hf_model, max_err_real
 
 from spatial_jax.data import pipeline as P
 from spatial_jax.data import video_processing as V
@@ -27,20 +27,7 @@ VID_CFG = VideoProcessingConfig(patch_size=4, merge_size=2, min_pixels=64, max_p
 
 def hf_model_for(tok, seed: int = 0):
     """transformers' Qwen3VLForConditionalGeneration (float32, every parameter perturbed) with tok's ids."""
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    v = VARIANTS[VARIANT]
-    cfg = Qwen3VLConfig(text_config={**v["text"], "vocab_size": tok.vocab_size}, vision_config=dict(v["vision"]),
-                        tie_word_embeddings=v["tie"], **tok.model_token_ids())
-    torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(cfg).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
-    return model
+    return hf_model(VARIANT, seed, vocab_size=tok.vocab_size, token_ids=tok.model_token_ids())
 
 
 def hf_video_processor(cfg: VideoProcessingConfig):
