@@ -5,6 +5,7 @@ the scorer's docstring quotes (the official code's), not by running the scorer."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -29,7 +30,9 @@ CASES = {
         [1, 0, 1], 2 / 3, {"3D Geometry": 1.0, "Orientation": 0.5}),
     "3dsrbench": (
         {"1": "A. the lamp", "2": "b", "3": "The answer is B\n", "4": "(A)", "5": "C", "6": "D"},
-        [1, 0, 1, 1, 1, 1], 2 / 3, {"height": 0.75, "orientation": 1.0}),
+        # the authors' rows are per question: height {1,2} wrong, {3,4} right -> 0.5 (lmms-eval's per row: 0.75)
+        [1, 0, 1, 1, 1, 1], 2 / 3, {"height": 0.5, "orientation": 1.0, "height_higher": 0.5,
+                                    "orientation_viewpoint": 1.0}),
     "mindcube-tiny": (
         {"among_001": "I think the answer is A. Left",
          "around_002": "<Answer>b</Answer>",  # lower case: no rule finds a letter
@@ -59,7 +62,8 @@ CASES = {
          "object_rel_direction": 1 / 3, "route_planning": 0.0}),
     "cvbench": (
         {"0": "(B)", "1": "answer: (A)\n", "2": "A", "3": "The answer is A", "4": "b"},
-        [1, 1, 0, 1, 0], 0.625, {"ADE20K": 1.0, "COCO": 0.5, "Omni3D": 0.5, "2D": 0.75, "3D": 0.5,
+        # Cambrian lower-cases the response: the lone "b" is the gold (B) of record 4
+        [1, 1, 0, 1, 1], 0.875, {"ADE20K": 1.0, "COCO": 0.5, "Omni3D": 1.0, "2D": 0.75, "3D": 1.0,
                                  "task Relation": 0.5}),
 }
 
@@ -102,10 +106,32 @@ def test_3dsrbench_variants_group_rotations_and_flips():
     records = load_fixture("3dsrbench")
     responses = CASES["3dsrbench"][0]
     got = {v: score_responses("3dsrbench", records, responses, v).table.overall.mean
-           for v in ("circular", "flip_circular", "flip", "vanilla")}
-    # rows right: 1 0 1 1 | 1 1. circular groups {1,2} {3,4} {5,6}; flip_circular {1-4} {5,6};
+           for v in ("authors", "circular", "flip_circular", "flip", "vanilla")}
+    # rows right: 1 0 1 1 | 1 1. authors and circular groups {1,2} {3,4} {5,6}; flip_circular {1-4} {5,6};
     # flip pairs {1,3} {2,4} {5} {6}; vanilla rows.
-    assert got == pytest.approx({"circular": 2 / 3, "flip_circular": 1 / 2, "flip": 3 / 4, "vanilla": 5 / 6})
+    assert got == pytest.approx({"authors": 2 / 3, "circular": 2 / 3, "flip_circular": 1 / 2, "flip": 3 / 4,
+                                 "vanilla": 5 / 6})
+
+
+def test_3dsrbench_authors_rows_per_question_lmms_eval_per_row():
+    records = load_fixture("3dsrbench")
+    responses = CASES["3dsrbench"][0]
+    authors = score_responses("3dsrbench", records, responses).table
+    lmms = score_responses("3dsrbench", records, responses, "circular").table
+    assert authors.variant == "authors"
+    # height: questions {1,2} (0) and {3,4} (1) -> 1/2 for the authors; rows 1 0 1 1 -> 3/4 for lmms-eval
+    assert authors.categories["height"].mean == pytest.approx(0.5) and authors.categories["height"].n == 2
+    assert lmms.categories["height"].mean == pytest.approx(0.75) and lmms.categories["height"].n == 4
+    assert "height_higher" in authors.categories and "height_higher" not in lmms.categories
+
+
+def test_3dsrbench_authors_drop_only_a_one_character_rotation_suffix():
+    from spatial_jax.eval.benchmarks.srbench3d import group_key
+
+    # the authors' rule looks at the second-to-last character; lmms-eval's cuts at fixed widths
+    assert group_key("AAAAAAAA-flip-3", "authors") == "AAAAAAAA-flip"
+    assert group_key("AAAAAAAA-12", "authors") == "AAAAAAAA-12"
+    assert group_key("AAAAAAAA-12", "circular") == "AAAAAAAA"
 
 
 def test_3dsrbench_without_qids_scores_only_rows(tmp_path):
@@ -177,3 +203,21 @@ def test_prediction_file_forms(tmp_path):
 
     with pytest.raises(BenchmarkError, match="given twice"):
         read_predictions(twice)
+
+
+def test_cvbench_cambrian_quirks_against_the_letter_rule():
+    from spatial_jax.eval.benchmarks import cvbench
+
+    records = {r.id: r for r in load_fixture("cvbench")}
+    count, depth = records["0"], records["3"]  # ADE20K Count, gold (B) "2"; Omni3D Depth, gold (A) "lamp"
+    # each keyword in turn cuts at its last occurrence: "answer is" then "answer:" leaves "b"
+    assert cvbench.score(count, "My answer is C. Final answer: B", "cambrian") == (1.0, "b")
+    assert cvbench.score(count, "My answer is C. Final answer: B", "letter") == (1.0, "B")
+    # a 2D response naming the option text is wrong; only the first character is kept ("2" is no letter)
+    assert cvbench.score(count, "2", "cambrian")[0] == 0.0
+    assert cvbench.score(count, "Because of the two chairs", "cambrian") == (1.0, "b")
+    assert cvbench.score(count, "Because of the two chairs", "letter")[0] == 0.0
+    # 3D accepts the gold text only when it survives the one-character cut
+    assert cvbench.score(depth, "lamp", "cambrian") == (0.0, "l")
+    one_char = dataclasses.replace(depth, options=("3", "4"))
+    assert cvbench.score(one_char, "3", "cambrian")[0] == 1.0 and cvbench.score(count, "", "cambrian") == (0.0, None)
