@@ -1,8 +1,9 @@
-"""SpatiaLab (ciol-research/SpatiaLab), the multiple-choice split. The card in this project's reference index lists
-the six categories and the MCQ protocol (option selection + exact match) but not the field names; this loader reads
-the Hugging Face parquet layout (`data/*.parquet` or `*.parquet`) with fields {id, question, options (list),
-answer (option letter or index), category, subcategory, image (embedded)}: the layout stated in the README's
-"Evaluate on the papers' benchmarks" section."""
+"""SpatiaLab (ciol-research/SpatiaLab), the multiple-choice split. Nothing official fixes the field names: the
+authors' repository (SpatiaLab-Reasoning/SpatiaLab) holds only its README (categories, counts, "MCQ: option selection
++ exact match"), and neither the Hugging Face card's feature list nor the Kaggle copy is in this project's reference
+index. The fields read here are therefore this project's assumption, not a verified layout: the Hugging Face parquet
+(`data/*.parquet` or `*.parquet`) with {id, question, options (list), answer (option letter or index), category,
+subcategory, image (embedded)}. A real copy whose names differ fails with an error naming the file, row and field."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """VSI-Bench (nyu-visionx/VSI-Bench): the question table (`test.parquet`, parquet shards, or `test.jsonl`) with
 {id, dataset, scene_name, question_type, question, options (list, null for numeric questions), ground_truth}, and
 the videos unzipped as `<dataset>/<scene_name>.mp4`, as the authors' lmms_eval/tasks/vsibench/utils.py reads them.
-The tiny split AlloSpatial evaluates on is a table of the same fields whose file name contains `tiny`."""
+The tiny split: the AlloSpatial paper (Sec. 4.1, "Datasets") calls it "the official Tiny split of VSI-Bench" with 392
+questions, but names no file, card or selection rule, and no tiny VSI-Bench split is in this project's reference
+index; so the loader reads a table of VSI-Bench's own fields whose file name contains `tiny` (the 392 is not
+enforced, as nothing says how the split is distributed)."""
 
 from __future__ import annotations
 

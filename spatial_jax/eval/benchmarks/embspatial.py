@@ -1,6 +1,8 @@
-"""EmbSpatial-Bench. The authors' repository (mengfeidu/EmbSpatial-Bench) publishes the data but no scorer, so
-the prediction is the project's letter rule (extract.choice_letter), right when it equals the gold option's
-letter. Overall: every question counts once; rows: the six spatial relations."""
+"""EmbSpatial-Bench. No official scorer exists to follow: the authors' repository (mengfeidu/EmbSpatial-Bench)
+holds a one-line README and figures, no evaluation code, and no other authors' code for it is in this project's
+reference index (a third-party VLMEvalKit-style port exists; it is not the authors'). The prediction is the project's
+letter rule (extract.choice_letter), right when it equals the gold option's letter. Overall: every question counts
+once; rows: the six spatial relations."""
 
 from __future__ import annotations
 

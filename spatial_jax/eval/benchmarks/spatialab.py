@@ -1,7 +1,8 @@
-"""SpatiaLab, multiple choice. The authors describe MCQ scoring as option selection plus exact match but publish
-no scorer in their repository (SpatiaLab-Reasoning/SpatiaLab holds the README only), so the prediction is the
-project's letter rule (extract.choice_letter) and must equal the gold letter. Overall: every question counts once
-(the paper's Overall over 1,400); rows: the six categories in the paper's column order."""
+"""SpatiaLab, multiple choice. No official scorer exists to follow: the authors' repository
+(SpatiaLab-Reasoning/SpatiaLab) holds the README only, which describes MCQ scoring as option selection plus exact
+match, and no evaluation code for it is in this project's reference index. The prediction is the project's letter
+rule (extract.choice_letter) and must equal the gold letter. Overall: every question counts once (the README's
+Overall over 1,400); rows: the six categories in the README's column order."""
 
 from __future__ import annotations
 
