@@ -132,15 +132,20 @@ def write_vsibench(root: Path, rows: list[dict], name: str = "test.parquet") -> 
     return root
 
 
-def write_cvbench(root: Path, rows: list[dict], jsonl: bool = False) -> Path:
-    """test.parquet with embedded images, or test.jsonl with img/<type>/<task>/<file>."""
-    if jsonl:
-        for r in rows:
-            _save(root / r["filename"], png())
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        _parquet(root / "test.parquet", [{**r, "image": {"bytes": png(), "path": r.get("filename")}} for r in rows])
+def write_cvbench(root: Path, rows: list[dict], jsonl: bool = False, single: bool = False) -> Path:
+    """The card's current layout: test_2d / test_3d as parquet with embedded images, or as JSONL with
+    img/<type>/<task>/<file>; single: the older one-file copy (test.parquet or test.jsonl)."""
+    root.mkdir(parents=True, exist_ok=True)
+    parts = {"test": rows} if single else {"test_2d": [r for r in rows if r["type"] == "2D"],
+                                            "test_3d": [r for r in rows if r["type"] == "3D"]}
+    for stem, part in parts.items():
+        if jsonl:
+            for r in part:
+                _save(root / r["filename"], png())
+            (root / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+        else:
+            _parquet(root / f"{stem}.parquet", [{**r, "image": {"bytes": png(), "path": r.get("filename")}}
+                                                 for r in part])
     return root
 
 
@@ -298,6 +303,16 @@ def test_fields_and_layouts_read_as_the_authors_read_them(tmp_path):
     assert [r.answer for r in cv] == ["B", "A", "B", "A", "B"] and cv[3].extra["task"] == "Depth"
     jsonl = load("cvbench", write_cvbench(tmp_path / "cj", [dict(r) for r in CVBENCH], jsonl=True))
     assert [r.answer for r in jsonl] == [r.answer for r in cv] and Path(jsonl[0].images[0]).is_file()
+    for jl in (False, True):  # the copies made before the card split the file in two
+        one = load("cvbench", write_cvbench(tmp_path / f"c1{jl}", [dict(r) for r in CVBENCH], jsonl=jl, single=True))
+        assert [(r.id, r.answer) for r in one] == [(r.id, r.answer) for r in cv]
+
+
+def test_cvbench_halves_with_a_repeated_idx_are_an_error(tmp_path):
+    rows = [dict(r) for r in CVBENCH]
+    rows[3]["idx"] = 0  # a 3D record reusing a 2D idx
+    with pytest.raises(BenchmarkError, match="idx 0 repeats"):
+        load("cvbench", write_cvbench(tmp_path, rows))
 
 
 @pytest.mark.parametrize("name", sorted(COPIES))

@@ -1,12 +1,16 @@
-"""CV-Bench (nyu-visionx/CV-Bench): `test.parquet` with the images embedded, or `test.jsonl` with `img/` (the card
-names both). Records {idx, type (2D/3D), task (Count, Relation, Depth, Distance), question, choices (list), answer
-("(A)"), source (ADE20K, COCO, Omni3D), image or filename}."""
+"""CV-Bench (nyu-visionx/CV-Bench). The card's current files are `test_2d.parquet` and `test_3d.parquet` (images
+embedded) with `test_2d.jsonl` and `test_3d.jsonl` for an `img/` folder (the repository's build_img.py rebuilds it);
+copies made before the card's "separate out '2d' and '3d' splits" commit hold one `test.parquet` or `test.jsonl`.
+Either layout reads: the single file when present, else both split files (parquet before JSONL). Records {idx, type
+(2D/3D), task (Count, Relation, Depth, Distance), question, choices (list), answer ("(A)"), source (ADE20K, COCO,
+Omni3D), image or filename}."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from spatial_jax.data.benchmarks.record import (
+    BenchmarkError,
     BenchRecord,
     Where,
     embedded_image,
@@ -17,10 +21,24 @@ from spatial_jax.data.benchmarks.record import (
 )
 
 NAME = "cvbench"
+# One file, or the 2D and 3D halves; the first layout found wins.
+LAYOUTS = (("test.parquet",), ("test_2d.parquet", "test_3d.parquet"), ("test.jsonl",),
+           ("test_2d.jsonl", "test_3d.jsonl"))
 
 
-def load(root: Path) -> list[BenchRecord]:
-    path = find_file(root, ("test.parquet", "test-*.parquet", "test.jsonl"), NAME)
+def files(root: Path) -> list[Path]:
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    for layout in LAYOUTS:
+        found = [root / name for name in layout if (root / name).is_file()]
+        if found:
+            return found
+    find_file(root, tuple(name for layout in LAYOUTS for name in layout), NAME)  # raises, naming what it sought
+    raise BenchmarkError(f"{NAME}: no copy under {root}")
+
+
+def _read(path: Path) -> list[BenchRecord]:
     rows = ([(f"line {n}", obj) for n, obj in read_jsonl(path)] if path.suffix == ".jsonl"
             else [(f"row {i}", row) for i, row in enumerate(read_parquet(path))])
     out = []
@@ -42,4 +60,14 @@ def load(root: Path) -> list[BenchRecord]:
             options=tuple(str(c) for c in choices), answer=letter, answer_type="choice",
             category=where.text(row, "source"), images=(image,),
             extra={"task": where.text(row, "task"), "type": where.text(row, "type")}, origin=str(where)))
+    return out
+
+
+def load(root: Path) -> list[BenchRecord]:
+    out = [r for path in files(root) for r in _read(path)]
+    seen: dict[str, str] = {}
+    for r in out:
+        if r.id in seen:
+            raise BenchmarkError(f"{r.origin}: idx {r.id} repeats {seen[r.id]}; predictions could not tell them apart")
+        seen[r.id] = r.origin
     return out
