@@ -76,12 +76,19 @@ def train_iterator(
     batch_size: int,
     mode: Literal["rl", "sft"] = "rl",
     image_cfg: Any = ImageProcessingConfig(),
+    process: int = 0,
+    processes: int = 1,
 ) -> DataIterator:
     """Shuffled batches of the training source (mode "sft": data.sft_train when set), repeated forever; checkpoint it
-    with get_state / set_state."""
+    with get_state / set_state. With `processes` > 1, this process's block of each batch: batches of
+    batch_size / processes in order are the blocks of the whole batches, and every processes-th from `process` is its
+    own; its position counts batches as one process's does, so a run resumes on another process count."""
+    if batch_size % processes:
+        raise ValueError(f"{batch_size} rows do not split among {processes} processes")
     source = data.sft_train if mode == "sft" and data.sft_train else data.train
-    return make_iterator(open_source(source, data.synthetic), tokenizer, data, fmt, batch_size, mode=mode,
-                         image_cfg=image_cfg)
+    batches = make_dataset(open_source(source, data.synthetic), tokenizer, data, fmt, batch_size // processes,
+                           mode=mode, image_cfg=image_cfg)
+    return DataIterator(batches if processes == 1 else batches[process::processes], data.read_threads)
 
 
 def eval_iterator(

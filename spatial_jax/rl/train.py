@@ -83,10 +83,15 @@ def open_inputs(cfg: TrainConfig) -> None:
             raise DatasetError(f"{key}: {spec} holds no sample")
 
 
+def reads_whole_batch(cfg: TrainConfig) -> bool:
+    """Multi-turn tool rollouts: the tool loop needs every prompt's record, so every process reads the whole batch."""
+    return cfg.plugin.uses_tools and cfg.rl.max_tool_turns > 0
+
+
 def check_host_split(cfg: TrainConfig, processes: int) -> None:
-    """Each process reads an equal block of every batch: the batch sizes the job uses must split among them (not
-    for multi-turn tool rollouts, where every process reads the whole batch)."""
-    if cfg.plugin.uses_tools and cfg.rl.max_tool_turns > 0:
+    """Each process reads an equal block of every batch: the batch sizes the job uses must split among them (unless
+    every process reads the whole batch)."""
+    if reads_whole_batch(cfg):
         return
     sizes = {"sft.batch_size": cfg.sft.batch_size if cfg.sft.steps > 0 else 0,
              "rl.prompts_per_step": cfg.rl.prompts_per_step if cfg.rl.steps > 0 else 0}
@@ -101,10 +106,9 @@ class Trainer(Workspace):
 
     def __init__(self, cfg: TrainConfig, record_config: bool = True):
         super().__init__(cfg, record_config=record_config)
-        # multi-host: each process reads, rolls out and scores its own block of every batch (rollout/hosts.py),
-        # except for multi-turn tool rollouts, whose tool loop needs every prompt on each process
-        tools = self.method.uses_tools and cfg.rl.max_tool_turns > 0
-        self.hosts = HostShare(pad_id=self.tok.pad_id) if tools else HostShare.of_cluster(self.tok.pad_id)
+        # multi-host: each process reads, rolls out and scores its own block of every batch (rollout/hosts.py)
+        whole = reads_whole_batch(cfg)
+        self.hosts = HostShare(pad_id=self.tok.pad_id) if whole else HostShare.of_cluster(self.tok.pad_id)
 
     def preflight(self) -> None:
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, make_dataset, open_source, train_iterator
+from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, train_iterator
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.distributed import allgather_json, allgather_rows
@@ -48,17 +48,9 @@ class HostShare:
 
     def iterator(self, data: DataConfig, tokenizer: SpatialTokenizer, fmt: PromptFormat, batch_size: int,
                  mode: Literal["rl", "sft"], image_cfg: Any) -> DataIterator:
-        """This process's block of each of `train_iterator`'s batches of `batch_size`, read by this process alone.
-        Its position (get_state) counts batches as one process's does, so a run resumes on another process count."""
-        if self.count == 1:
-            return train_iterator(data, tokenizer, fmt, batch_size, mode=mode, image_cfg=image_cfg)
-        local = batch_size // self.count
-        self.rows(batch_size)  # refuses a batch that does not split
-        source = data.sft_train if mode == "sft" and data.sft_train else data.train
-        # batches of b in order are the blocks of the batches of B = P*b; every P-th from p are this process's
-        blocks = make_dataset(open_source(source, data.synthetic), tokenizer, data, fmt, local, mode=mode,
-                              image_cfg=image_cfg)
-        return DataIterator(blocks[self.index :: self.count], data.read_threads)
+        """This process's block of each of `train_iterator`'s batches of `batch_size`, read by this process alone."""
+        return train_iterator(data, tokenizer, fmt, batch_size, mode=mode, image_cfg=image_cfg, process=self.index,
+                              processes=self.count)
 
     def gather(self, batch: Batch) -> Batch:
         """The whole batch's arrays from every process's block, as one process would have read it (token rows
