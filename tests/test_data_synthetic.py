@@ -251,3 +251,33 @@ def test_config_validation():
         syn.SyntheticConfig(width=16)
     with pytest.raises(ValueError, match="split"):
         syn.make_sample(ALL, "test", 0)
+
+
+GRID = syn.SyntheticConfig(width=128, height=128, grid=4, min_objects=2, max_objects=4, distinct_colors=True,
+                           question_types=("relative_position", "nearest", "counting"))
+
+
+def test_grid_world_puts_each_object_in_its_own_cell_with_answers_from_the_boxes():
+    for s in syn.generate(GRID, "train", 40):
+        cells = set()
+        for o in s.meta["objects"]:
+            x1, y1, x2, y2 = o["bbox"]
+            c, r = x1 // 32, y1 // 32
+            assert (x1, y1, x2, y2) == (32 * c + 2, 32 * r + 2, 32 * c + 30, 32 * r + 30)
+            cells.add((r, c))
+        colours = [o["color"] for o in s.meta["objects"]]
+        assert len(cells) == len(colours) == len(set(colours))
+        assert 2 <= len(colours) <= 4
+        assert s.options[LETTERS.index(s.answer)] == _expected_answer(s)
+        scene = [syn.SceneObject(o["shape"], o["color"], tuple(o["bbox"])) for o in s.meta["objects"]]
+        assert np.array_equal(syn.render(scene, 128, 128), s.image)
+
+
+def test_grid_and_colour_knobs_validated_and_defaults_unchanged():
+    assert (syn.SyntheticConfig().grid, syn.SyntheticConfig().distinct_colors) == (0, False)
+    with pytest.raises(ValueError, match=r"grid must lie in \[0, 12\], got 13"):
+        syn.SyntheticConfig(width=96, height=128, grid=13)
+    with pytest.raises(ValueError, match="max_objects"):
+        syn.SyntheticConfig(grid=2, max_objects=5)
+    with pytest.raises(ValueError, match="max_objects"):
+        syn.SyntheticConfig(distinct_colors=True, min_objects=2, max_objects=7)

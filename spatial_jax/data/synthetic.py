@@ -43,13 +43,21 @@ NORM = 1000
 # Image sides in pixels: below 32 the shapes do not fit; above 4096 an image is no longer a small synthetic scene
 # (and 100,000 x 100,000 would be 30 GB).
 MIN_SIDE, MAX_SIDE = 32, 4096
+# A grid cell narrower than 8 px leaves a shape of at most 4 px inside its 2 px border.
+GRID_MIN_CELL = 8
 BOX_LEAD = "We have the positions of the relevant objects. Let's think."
 
 
 @dataclasses.dataclass(frozen=True)
 class SyntheticConfig:
     """The world's knobs. Validity v ~ U[min_validity, 1] (detector scores kept above 0.3, A.3); each pseudo-GT
-    coordinate is jittered with std box_noise * (1 - v) * box side; corrupt_fraction of boxes get the A.3 corruption."""
+    coordinate is jittered with std box_noise * (1 - v) * box side; corrupt_fraction of boxes get the A.3 corruption.
+
+    grid: 0 places objects freely; N > 0 puts each object in its own cell of an N x N grid, filling the cell but for
+    a 2 px border (the size fractions are then unused). With cells the size of the vision tower's merged patches
+    (e.g. 128 px, grid 4: 32 px cells), each object is one image token whose position embedding says where it is, so
+    a tiny policy can learn its box. distinct_colors: no two objects of a scene share a colour, so a colour alone
+    names an object."""
 
     width: int = 96
     height: int = 96
@@ -62,13 +70,16 @@ class SyntheticConfig:
     box_noise: float = 0.15
     corrupt_fraction: float = 0.0
     displace_iou: float = 0.6
+    grid: int = 0
+    distinct_colors: bool = False
     seed: int = 0
 
     def __post_init__(self):
         check_range(self, "width", MIN_SIDE, MAX_SIDE)
         check_range(self, "height", MIN_SIDE, MAX_SIDE)
-        check_range(self, "min_objects", 2, len(SHAPES) * len(COLORS))
-        check_range(self, "max_objects", self.min_objects, len(SHAPES) * len(COLORS))
+        check_range(self, "grid", 0, min(self.width, self.height) // GRID_MIN_CELL)
+        check_range(self, "min_objects", 2, self.max_scene_objects)
+        check_range(self, "max_objects", self.min_objects, self.max_scene_objects)
         check_range(self, "min_size_frac", 0, 0.5, low_open=True)
         check_range(self, "max_size_frac", self.min_size_frac, 0.5)
         require("question_types", self.question_types,
@@ -80,6 +91,12 @@ class SyntheticConfig:
         check_range(self, "corrupt_fraction", 0, 1)
         check_range(self, "displace_iou", 0, 1, low_open=True, high_open=True)
         check_non_negative(self, "box_noise", "seed")  # numpy seeds are non-negative
+
+    @property
+    def max_scene_objects(self) -> int:
+        """How many distinct objects a scene can hold: colour-shape pairs (colours alone when distinct), and cells."""
+        n = len(COLORS) if self.distinct_colors else len(SHAPES) * len(COLORS)
+        return min(n, self.grid * self.grid) if self.grid else n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,18 +173,40 @@ def center_distance(a: SceneObject, b: SceneObject) -> float:
 # ---------------------------------------------------------------- scene
 
 
+def _pick_labels(rng: np.random.Generator, cfg: SyntheticConfig, n: int) -> list[tuple[str, str]]:
+    """n distinct (colour, shape) pairs; with distinct_colors, n distinct colours each with a random shape."""
+    if cfg.distinct_colors:
+        colors = list(COLORS)
+        return [(colors[int(c)], SHAPES[int(rng.integers(len(SHAPES)))])
+                for c in rng.choice(len(colors), size=n, replace=False)]
+    combos = [(c, s) for c in COLORS for s in SHAPES]
+    return [combos[int(p)] for p in rng.choice(len(combos), size=n, replace=False)]
+
+
+def _grid_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneObject]:
+    """Each object fills its own cell of the cfg.grid x cfg.grid grid but for a 2 px border."""
+    n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
+    cells = rng.choice(cfg.grid * cfg.grid, size=n, replace=False)
+    objects = []
+    for (color, shape), cell in zip(_pick_labels(rng, cfg, n), cells):
+        r, c = divmod(int(cell), cfg.grid)
+        x1, x2 = c * cfg.width // cfg.grid + 2, (c + 1) * cfg.width // cfg.grid - 2
+        y1, y2 = r * cfg.height // cfg.grid + 2, (r + 1) * cfg.height // cfg.grid - 2
+        objects.append(SceneObject(shape=shape, color=color, bbox=(x1, y1, x2, y2)))
+    return objects
+
+
 def sample_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneObject]:
-    """Distinct colour-shape objects placed without overlap (2 px gap), so every label names one object."""
+    """Distinct objects placed without overlap (2 px gap), so every label names one object."""
+    if cfg.grid:
+        return _grid_scene(rng, cfg)
     side = min(cfg.width, cfg.height)
     smin = max(4, int(round(cfg.min_size_frac * side)))
     smax = max(smin, int(round(cfg.max_size_frac * side)))
-    combos = [(c, s) for c in COLORS for s in SHAPES]
     while True:
         n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
-        picks = rng.choice(len(combos), size=n, replace=False)
         objects: list[SceneObject] = []
-        for p in picks:
-            color, shape = combos[int(p)]
+        for color, shape in _pick_labels(rng, cfg, n):
             s = int(rng.integers(smin, smax + 1))
             for _ in range(200):
                 x1 = int(rng.integers(0, cfg.width - s + 1))
