@@ -260,6 +260,27 @@ def test_seeded_sampling_is_reproducible_and_scored_at_its_temperature(tiny, bat
         assert allowed[np.arange(len(c)), c].all()
 
 
+def test_a_row_draws_by_its_global_id_not_its_batch_position(tiny, batch):
+    """Rows decoded in another order and in another batch (under the same global ids) draw the same tokens; a row
+    under another id draws others."""
+    _, model = tiny
+    rows, ids, mask, pv, grid = batch
+    cfg = SamplingConfig(temperature=1.5, max_new_tokens=N_NEW, seed=4)
+    a, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=cfg, max_len=_max_len(ids),
+                    row_ids=[10, 11, 12])
+    order = [2, 0, 1]  # row 2 (text only) first; the image rows keep their order, so pv and grid stay as they are
+    b, _ = generate(model, ids[order], mask[order], pixel_values=pv, image_grid_thw=grid, cfg=cfg,
+                    max_len=_max_len(ids), row_ids=[12, 10, 11])
+    np.testing.assert_array_equal(np.asarray(b.tokens), np.asarray(a.tokens)[order])
+    np.testing.assert_allclose(np.asarray(b.logprobs), np.asarray(a.logprobs)[order], atol=TOL)
+    alone, _ = generate(model, ids[2:], mask[2:], cfg=cfg, max_len=_max_len(ids), row_ids=[12])
+    np.testing.assert_array_equal(np.asarray(alone.tokens)[0], np.asarray(a.tokens)[2])
+    other, _ = generate(model, ids[2:], mask[2:], cfg=cfg, max_len=_max_len(ids), row_ids=[13])
+    assert not np.array_equal(np.asarray(other.tokens)[0], np.asarray(a.tokens)[2])
+    with pytest.raises(ValueError, match="row_ids"):
+        generate(model, ids, mask, cfg=cfg, row_ids=[1, 1, 2])
+
+
 def test_stop_tokens_end_rows_and_mask(tiny, batch):
     _, model = tiny
     rows, ids, mask, pv, grid = batch

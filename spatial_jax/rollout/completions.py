@@ -65,11 +65,15 @@ def sample(
     cfg: SamplingConfig,
     group_size: int,
     seed: int,
+    row_ids=None,
 ) -> Completions:
+    """G completions of each prompt. `row_ids` [B * G]: the rollouts' global ids (default arange(B * G)); rollout
+    r's draws depend only on (seed, row_ids[r]), so a process decoding prompts p0.. of a global batch passes
+    p0 * G + arange(B * G) and samples what one process decoding the whole batch would."""
     ids, mask, pixels, grid, counts = repeat_batch(batch, group_size)
     out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid,
                       cfg=dataclasses.replace(cfg, seed=seed), row_group=np.arange(len(ids)) // group_size,
-                      row_image_counts=counts)  # each prompt's images encoded once for its G rows
+                      row_image_counts=counts, row_ids=row_ids)  # each prompt's images encoded once for its G rows
     tokens, m = to_host(out.tokens), to_host(out.mask)
     texts, offsets = [], []
     for r in range(tokens.shape[0]):

@@ -97,11 +97,23 @@ def suppress(logits: jax.Array, token_ids: jax.Array) -> jax.Array:
     return jnp.where(banned, -jnp.inf, logits.astype(jnp.float32))
 
 
-def choose(logits: jax.Array, key: jax.Array, cfg: SamplingConfig, suppressed: jax.Array | None = None) -> jax.Array:
-    """Next token per row: argmax when greedy, else a categorical draw from the filtered, tempered distribution;
-    `suppressed` ids are never chosen."""
+def row_key(key: jax.Array, row_id: jax.Array, t: jax.Array) -> jax.Array:
+    """The key of a row's t-th draw: fold_in(fold_in(key, row_id), t). It depends on the run's key, the row's global
+    id and the token index only, never on the row's batch position, slot or process."""
+    return jax.random.fold_in(jax.random.fold_in(key, row_id), t)
+
+
+def row_keys(key: jax.Array, row_ids: jax.Array, t: jax.Array) -> jax.Array:
+    """`row_key` for every row: [B] ids and [B] token indices -> [B] keys."""
+    return jax.vmap(row_key, in_axes=(None, 0, 0))(key, row_ids, t)
+
+
+def choose(logits: jax.Array, keys: jax.Array, cfg: SamplingConfig, suppressed: jax.Array | None = None) -> jax.Array:
+    """Next token per row: argmax when greedy, else a categorical draw from the filtered, tempered distribution with
+    the row's own key (`keys`: one per row, see `row_keys`); `suppressed` ids are never chosen."""
     if suppressed is not None:
         logits = suppress(logits, suppressed)
     if cfg.greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return jax.random.categorical(key, filtered_logits(logits, cfg), axis=-1).astype(jnp.int32)
+    draw = jax.vmap(lambda k, x: jax.random.categorical(k, x, axis=-1))
+    return draw(keys, filtered_logits(logits, cfg)).astype(jnp.int32)

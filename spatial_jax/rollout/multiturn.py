@@ -95,6 +95,7 @@ def sample_multiturn(
     max_len: int | None = None,
     decode_fn: Callable = decode,
     image_cfg: ImageProcessingConfig | None = None,
+    row_ids=None,
 ) -> MultiTurnCompletions:
     """G multi-turn rollouts per prompt (rollout r answers prompt r // G), as `rollouts.sample` but with tools.
 
@@ -103,7 +104,8 @@ def sample_multiturn(
     error up front. The completion width is the longest row rounded up to a multiple of max_new_tokens (capped at
     the most a rollout can hold), which bounds the number of distinct training shapes. `decode_fn` is the sampler's
     `decode` (tests pass a scripted stand-in with the same signature). `image_cfg` preprocesses tool pictures as
-    the prompt's images are (the policy's image processor; default `picture_config(model)`).
+    the prompt's images are (the policy's image processor; default `picture_config(model)`). `row_ids`: the
+    rollouts' global ids, as `completions.sample` takes them.
     """
     if max_turns < 0:
         raise ValueError(f"max_turns must be >= 0, got {max_turns}")
@@ -125,7 +127,7 @@ def sample_multiturn(
             f"{max_turns + 1} decode rounds x {N} tokens + {max_turns} tool turns x {max_tool_tokens} tokens = {need}"
         )
     state = prefill(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, max_len=max_len, seed=seed,
-                    row_group=np.arange(len(ids)) // group_size, row_image_counts=counts)
+                    row_group=np.arange(len(ids)) // group_size, row_image_counts=counts, row_ids=row_ids)
     R = ids.shape[0]
     rows = [_Row() for _ in range(R)]
     for turn in range(max_turns + 1):

@@ -41,7 +41,9 @@ class SamplerState:
     rope_deltas: jax.Array  # [B] int32: position of the next text token = num_real + rope_delta
     logits: jax.Array  # [B, V] float32: next-token logits after the last real token
     done: jax.Array  # [B] bool: the row emits no more tokens until `extend` gives it new ones
-    key: jax.Array  # PRNG key for the next draw
+    key: jax.Array  # the run's base PRNG key (from the seed); never advanced
+    row_ids: jax.Array  # [B] int32: each row's global id (its draws do not depend on its batch position)
+    drawn: jax.Array  # [B] int32: tokens the row has drawn so far (the index of its next draw)
 
     @property
     def max_len(self) -> int:
@@ -59,8 +61,12 @@ class SampleOutput:
     lengths: jax.Array  # [B] int32: sum of mask
 
 
-def init_state(model, batch: int, max_len: int, *, seed: int = 0, cache_dtype=None) -> SamplerState:
-    """An empty cache of `max_len` slots; every row is done until `extend` feeds it tokens."""
+def init_state(model, batch: int, max_len: int, *, seed: int = 0, cache_dtype=None, row_ids=None) -> SamplerState:
+    """An empty cache of `max_len` slots; every row is done until `extend` feeds it tokens.
+
+    Row r's t-th draw uses `logits.row_key(PRNGKey(seed), row_ids[r], t)` (row_ids default arange(batch)), so a row
+    gives the same tokens in any batch, slot or process that decodes it with the same global id.
+    """
     vocab = model.cfg.text.vocab_size
     return SamplerState(
         cache=model.init_cache(batch, max_len, cache_dtype),
@@ -70,7 +76,21 @@ def init_state(model, batch: int, max_len: int, *, seed: int = 0, cache_dtype=No
         logits=jnp.zeros((batch, vocab), jnp.float32),
         done=jnp.ones((batch,), bool),
         key=jax.random.PRNGKey(seed),
+        row_ids=check_row_ids(row_ids, batch),
+        drawn=jnp.zeros((batch,), jnp.int32),
     )
+
+
+def check_row_ids(row_ids, batch: int) -> jax.Array:
+    """Global row ids as int32 [batch] (default arange(batch)); they must be distinct non-negative integers."""
+    if row_ids is None:
+        return jnp.arange(batch, dtype=jnp.int32)
+    ids = np.asarray(row_ids)
+    if ids.shape != (batch,) or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"row_ids must be {batch} integers, got shape {ids.shape} of {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= 2**31 or len(np.unique(ids)) != ids.size):
+        raise ValueError("row_ids must be distinct integers in [0, 2**31)")
+    return jnp.asarray(ids, jnp.int32)
 
 
 def _last_hidden_logits(model, hidden: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -145,10 +165,11 @@ def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=
 
 def prefill(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None, max_len: int,
             seed: int = 0, cache_dtype=None, row_group=None, row_image_counts=None,
-            num_frames: int | None = None) -> SamplerState:
-    """Fresh cache of `max_len` slots filled with the (left-padded) prompts; ready for `decode`."""
+            num_frames: int | None = None, row_ids=None) -> SamplerState:
+    """Fresh cache of `max_len` slots filled with the (left-padded) prompts; ready for `decode`. `row_ids`: the
+    rows' global ids, which key their draws (see `init_state`)."""
     input_ids = np.asarray(input_ids)
-    state = init_state(model, input_ids.shape[0], max_len, seed=seed, cache_dtype=cache_dtype)
+    state = init_state(model, input_ids.shape[0], max_len, seed=seed, cache_dtype=cache_dtype, row_ids=row_ids)
     return extend(model, state, input_ids, attention_mask, pixel_values=pixel_values,
                   image_grid_thw=image_grid_thw, row_group=row_group, row_image_counts=row_image_counts,
                   num_frames=num_frames)
@@ -173,9 +194,9 @@ def _decode_impl(graphdef, params, state: SamplerState, stop_ids: jax.Array, sup
 
     def body(carry):
         step, st, o = carry
-        key, sub = jax.random.split(st.key)
         live = ~st.done
-        tok = jnp.where(live, lg.choose(st.logits, sub, cfg, suppressed), cfg.pad_token_id)
+        keys = lg.row_keys(st.key, st.row_ids, st.drawn)
+        tok = jnp.where(live, lg.choose(st.logits, keys, cfg, suppressed), cfg.pad_token_id)
         lp = jnp.where(live, lg.token_logprob(st.logits, tok, cfg.temperature), 0.0)
         ent = jnp.where(live, lg.entropy(st.logits), 0.0)
         o = o.replace(
@@ -189,7 +210,7 @@ def _decode_impl(graphdef, params, state: SamplerState, stop_ids: jax.Array, sup
                               attention_mask=live[:, None].astype(jnp.int32), cache=st.cache,
                               cache_index=st.cache_index)
         st = st.replace(cache=cache, cache_index=st.cache_index + 1, num_real=st.num_real + live.astype(jnp.int32),
-                        logits=logits[:, 0], done=st.done | stopped, key=key)
+                        logits=logits[:, 0], done=st.done | stopped, drawn=st.drawn + live.astype(jnp.int32))
         return step + 1, st, o
 
     _, state, out = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, out))
@@ -202,7 +223,8 @@ _decode_jit = jax.jit(_decode_impl, static_argnums=(0, 5))
 def decode(model, state: SamplerState, cfg: SamplingConfig) -> tuple[SamplerState, SampleOutput]:
     """Draws up to cfg.max_new_tokens tokens for every live row (stopping early once all rows are done).
 
-    The seed is not used here: randomness comes from `state.key` (set by `prefill`). Seeds, stop ids and suppressed
+    The seed is not used here: randomness comes from `state.key` and the rows' ids and draw counts (set by
+    `prefill`). Seeds, stop ids and suppressed
     ids (for a given number of them) are not part of the compiled loop's key, so changing them does not recompile.
     Needs cfg.max_new_tokens free cache slots.
     """
@@ -220,12 +242,13 @@ def decode(model, state: SamplerState, cfg: SamplingConfig) -> tuple[SamplerStat
 
 def generate(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None,
              cfg: SamplingConfig = SamplingConfig(), max_len: int | None = None, cache_dtype=None,
-             row_group=None, row_image_counts=None, num_frames: int | None = None
+             row_group=None, row_image_counts=None, num_frames: int | None = None, row_ids=None
              ) -> tuple[SampleOutput, SamplerState]:
-    """prefill + decode in one call; the cache has room for the prompt plus cfg.max_new_tokens unless max_len says."""
+    """prefill + decode in one call; the cache has room for the prompt plus cfg.max_new_tokens unless max_len says.
+    `row_ids` [B]: the rows' global ids (default arange(B)); row r's draws depend only on (cfg.seed, row_ids[r])."""
     prompt_len = np.asarray(input_ids).shape[1]
     state = prefill(model, input_ids, attention_mask, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
                     max_len=max_len or prompt_len + cfg.max_new_tokens, seed=cfg.seed, cache_dtype=cache_dtype,
-                    row_group=row_group, row_image_counts=row_image_counts, num_frames=num_frames)
+                    row_group=row_group, row_image_counts=row_image_counts, num_frames=num_frames, row_ids=row_ids)
     state, out = decode(model, state, cfg)
     return out, state
