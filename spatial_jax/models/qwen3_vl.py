@@ -74,6 +74,7 @@ from flax import nnx
 from spatial_jax.models import rope
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import Embed, RMSNorm, param, random_normal
+from spatial_jax.models.paged import PagedKVCache, paged_inputs
 from spatial_jax.models.scan import REMAT_POLICIES, run_stack, stack_modules
 from spatial_jax.models.sharding import constrain, shard_model
 from spatial_jax.models.text import DecoderLayer, KVCache, attention_mask_for
@@ -154,7 +155,10 @@ class Qwen3VL(nnx.Module):
         attention_mask = jnp.ones((B, T), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
         if attention_mask.shape != (B, T):
             raise ValueError(f"attention_mask shape {attention_mask.shape} != input_ids shape {(B, T)}")
-        if (cache is None) != (cache_index is None):
+        paged = isinstance(cache, PagedKVCache)
+        if paged and cache_index is not None:
+            raise ValueError("a PagedKVCache carries its rows' lengths: give no cache_index")
+        if not paged and (cache is None) != (cache_index is None):
             raise ValueError("cache and cache_index go together")
         if pixel_values is not None:
             if vision is not None or image_grid_thw is None:
@@ -196,7 +200,10 @@ class Qwen3VL(nnx.Module):
 
         cos, sin = rope.mrope_cos_sin(positions, cfg.text.head_dim, cfg.text.rope_theta, cfg.text.mrope_section)
         cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
-        mask, key_mask = attention_mask_for(attention_mask, cache, cache_index)
+        if paged:  # cache_index becomes the flat page indices every layer writes and reads
+            mask, cache_index, new_lengths = paged_inputs(cache, attention_mask)
+        else:
+            mask, key_mask = attention_mask_for(attention_mask, cache, cache_index)
 
         # DeepStack: the first len(deepstack) layers get the multi-level visual features added to their output
         def injected(i):
@@ -220,7 +227,11 @@ class Qwen3VL(nnx.Module):
                 if i < len(deepstack):
                     x = x + injected(i)
         x = self.norm(x)
-        new_cache = None if cache is None else KVCache(keys=tuple(new_keys), values=tuple(new_values), mask=key_mask)
+        if paged:
+            new_cache = cache.replace(keys=tuple(new_keys), values=tuple(new_values), lengths=new_lengths)
+        else:
+            new_cache = None if cache is None else KVCache(keys=tuple(new_keys), values=tuple(new_values),
+                                                           mask=key_mask)
         if return_hidden:
             return x, new_cache
         logits = jnp.dot(x, self.lm_head_weight().astype(x.dtype), preferred_element_type=jnp.float32)

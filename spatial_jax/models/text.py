@@ -12,6 +12,7 @@ from spatial_jax.models.attention import AttentionMask, attention
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import RMSNorm
 from spatial_jax.models.lora import LoRALinear
+from spatial_jax.models.paged import PagedIndex, write_and_read
 from spatial_jax.models.rope import apply_rotary
 from spatial_jax.models.sharding import constrain
 
@@ -73,7 +74,9 @@ class TextAttention(nnx.Module):
         q = constrain(apply_rotary(q, cos, sin), ("batch", "seq", "act_heads", None))
         k = apply_rotary(k, cos, sin)
         new_kv = None
-        if cache_kv is not None:
+        if isinstance(cache_index, PagedIndex):  # pools of pages: scatter this call's k/v, gather the rows' pages
+            new_kv, k, v = write_and_read(*cache_kv, k, v, cache_index)
+        elif cache_kv is not None:
             ck, cv = cache_kv
             start = (0, cache_index, 0, 0)
             k = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), start)
