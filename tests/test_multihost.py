@@ -3,9 +3,12 @@
 Two CPU processes of 2 devices each join one JAX cluster through JAX_COORDINATOR_ADDRESS (as `spatial-jax train`
 does on a GPU cluster or TPU pod), run an SFT cold start and GRPO steps with evaluation, and must end with the
 parameters of a single process holding all 4 devices (to 1e-5: the reductions may group differently), with one set of
-files written (only the first process writes logs and reports). Each process reads and scores only its half of every
-batch (counted in the metrics). The reward is SpatialCORE's with a dense test term
-(spatial_jax/testing/dense_methods.py), so the RL steps move the weights and the comparison is not between no-ops.
+files written (only the first process writes logs and reports). Each process reads, decodes (from its own decoding
+copy, on its own devices) and scores only its half of every batch (counted in the metrics), and evaluates half of the
+held-out samples: the evaluation's figures are the single process's. Every RL step's old log-probs are those of the
+weights it trains (the ratio is 1 before its update): the copy was made again after the previous update. The reward
+is SpatialCORE's with a dense test term (spatial_jax/testing/dense_methods.py), so the RL steps move the weights and
+the comparison is not between no-ops.
 The job's Hugging Face export, written from weights sharded across the two processes, loads in transformers with the
 JAX policy's logits (1e-4), and `spatial-jax export` on the run writes the same tensors.
 """
@@ -30,6 +33,7 @@ from spatial_jax.data.pipeline import eval_iterator
 from spatial_jax.models.hf_io import _CheckpointReader
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.workspace import Workspace
+from spatial_jax.rollout.hosts import HostShare
 from spatial_jax.testing import dense_methods
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +42,7 @@ JOB = [
     "rl.sampling.max_new_tokens=12", "eval.after_sft=false", "eval.after_rl=true", "eval.max_samples=4",
     "eval.batch_size=4", "eval.max_new_tokens=12", "data.train=synthetic:train:16", "data.eval=synthetic:heldout:4",
     "tensorboard=false", "progress=false", "data.bucket_lengths=[256,512]", "mesh.data=2", "mesh.fsdp=2", "seed=5",
-    "method=dense_spatialcore",
+    "method=dense_spatialcore", "rl.optim.warmup_ratio=0.0",  # the first update moves: a stale copy would show
 ]
 
 
@@ -113,7 +117,17 @@ def test_two_processes_train_like_one(dense, tmp_path):
     for rows, prompts in ((rl_rows, 1), (single_rows, 2)):
         for row in rows:
             assert row["host/prompts_read_min"] == row["host/prompts_read_max"] == prompts
+            assert row["host/rows_decoded_min"] == row["host/rows_decoded_max"] == 2 * prompts
             assert row["host/rollouts_scored_min"] == row["host/rollouts_scored_max"] == 2 * prompts
+            # one update per batch: the sampler's log-probs are the trained weights' own, so ratio 1 (to rounding)
+            assert abs(row["loss/ratio_mean"] - 1) < 1e-5 and abs(row["loss/ratio_max"] - 1) < 1e-5
+    single_summary = json.loads((tmp_path / "single" / "summary.json").read_text())
+    for key in ("accuracy", "reward", "well_formed"):
+        assert summary["after_rl"][key]["mean"] == pytest.approx(single_summary["after_rl"][key]["mean"], abs=1e-5)
+    cluster_eval, single_eval = (json.loads((tmp_path / run / "eval_rl.json").read_text())["rows"]
+                                 for run in ("cluster", "single"))
+    assert [r["id"] for r in cluster_eval] == [r["id"] for r in single_eval]
+    assert [r["completion"] for r in cluster_eval] == [r["completion"] for r in single_eval]
 
     cluster_params, single_params = _params(tmp_path / "cluster"), _params(tmp_path / "single")
     diffs = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), cluster_params, single_params)
@@ -168,21 +182,68 @@ def test_each_process_reads_its_block_of_the_batches_one_process_reads():
         HostShare(0, 3).iterator(data, tok, fmt, 4, "rl", ImageProcessingConfig())
 
 
-def test_a_process_keeps_its_own_rollouts_with_their_images():
-    from spatial_jax.rollout.completions import Completions
+def _as_two_processes(monkeypatch, work):
+    """Runs work(HostShare(p, 2)) for p = 0, 1 in two threads whose allgather_rows meet like two processes'."""
+    import threading
+
+    from spatial_jax.rollout import hosts as hosts_module
     from spatial_jax.rollout.hosts import HostShare
 
-    counts = np.array([1, 1, 2, 2], np.int32)  # visual items per rollout
-    grids = np.array([[1, 2, 2], [1, 2, 4], [1, 4, 4], [1, 2, 2], [1, 2, 2], [1, 2, 6]], np.int32)
-    pixels = np.arange(int(grids.prod(-1).sum()), dtype=np.float32)[:, None].repeat(3, 1)
-    rows = np.arange(4)[:, None].repeat(5, 1)
-    comps = Completions(prompt_ids=rows, prompt_mask=rows, pixel_values=pixels, image_grid_thw=grids, tokens=rows,
-                        logprobs=rows * 1.0, entropies=rows * 1.0, mask=rows, texts=("a", "b", "c", "d"),
-                        offsets=((), (), (), ()), image_counts=counts)
-    first, second = HostShare(0, 2).own(comps), HostShare(1, 2).own(comps)
-    assert first.texts == ("a", "b") and second.texts == ("c", "d")
-    np.testing.assert_array_equal(second.tokens, rows[2:])
-    np.testing.assert_array_equal(second.image_grid_thw, grids[2:])
-    np.testing.assert_array_equal(np.concatenate([first.pixel_values, second.pixel_values]), pixels)
-    assert len(first.pixel_values) == 4 + 8
-    assert HostShare().own(comps) is comps
+    barrier, slots = threading.Barrier(2, timeout=30), [None, None]
+
+    def allgather_rows(x):
+        p = int(threading.current_thread().name)
+        slots[p] = np.asarray(x)
+        barrier.wait()
+        out = np.concatenate(slots, axis=0)
+        barrier.wait()
+        return out
+
+    monkeypatch.setattr(hosts_module, "allgather_rows", allgather_rows)
+    results = [None, None]
+
+    def run(p):
+        results[p] = work(HostShare(p, 2, pad_id=7))
+
+    threads = [threading.Thread(target=run, args=(p,), name=str(p)) for p in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_processes_assemble_the_whole_batch_of_rollouts_from_their_own(monkeypatch):
+    """Two processes' multi-turn rollouts of different prompt and completion widths become the whole batch's arrays on
+    both: prompts left-padded, completions right-padded, images in rollout order; texts stay where they were scored."""
+    from spatial_jax.rollout.multiturn import MultiTurnCompletions
+
+    def block(p: int, prompt: int, width: int, counts) -> MultiTurnCompletions:
+        rows = np.arange(2)[:, None] + 10 * p + 1
+        grids = np.array([[1, 2, 2 + 2 * p]] * int(sum(counts)), np.int32)
+        pixels = np.full((int(grids.prod(-1).sum()), 3), p, np.float32)
+        ids, comp = rows.repeat(prompt, 1), rows.repeat(width, 1)
+        return MultiTurnCompletions(
+            prompt_ids=ids, prompt_mask=np.ones_like(ids), pixel_values=pixels, image_grid_thw=grids, tokens=comp,
+            logprobs=-comp * 1.0, entropies=comp * 1.0, mask=np.ones_like(comp), texts=("a", "b"), offsets=((), ()),
+            image_counts=np.asarray(counts, np.int32), context_mask=np.ones_like(comp),
+            num_tool_calls=np.array([p, 0], np.int32), num_tool_pictures=np.zeros(2, np.int32))
+
+    blocks = [block(0, 3, 8, [1, 2]), block(1, 5, 4, [1, 1])]
+    out = _as_two_processes(monkeypatch, lambda hosts: hosts.assemble(blocks[hosts.index]))
+    for whole in out:
+        assert type(whole) is MultiTurnCompletions and whole.texts == ()
+        padded = np.concatenate([np.full((2, 2), 7), blocks[0].prompt_ids], 1)  # left, with the pad id
+        np.testing.assert_array_equal(whole.prompt_ids[:2], padded)
+        np.testing.assert_array_equal(whole.prompt_mask[:2, :2], 0)
+        np.testing.assert_array_equal(whole.prompt_ids[2:], blocks[1].prompt_ids)
+        np.testing.assert_array_equal(whole.tokens[2:], np.concatenate([blocks[1].tokens, np.full((2, 4), 7)], 1))
+        np.testing.assert_array_equal(whole.mask[2:, 4:], 0)
+        np.testing.assert_array_equal(whole.logprobs[:2], blocks[0].logprobs)
+        np.testing.assert_array_equal(whole.image_counts, [1, 2, 1, 1])
+        np.testing.assert_array_equal(whole.num_tool_calls, [0, 0, 1, 0])
+        np.testing.assert_array_equal(whole.pixel_values, np.concatenate([b.pixel_values for b in blocks]))
+        np.testing.assert_array_equal(whole.image_grid_thw, np.concatenate([b.image_grid_thw for b in blocks]))
+    everyone = _as_two_processes(monkeypatch, lambda hosts: hosts.everyone({"rows": [hosts.index] * (hosts.index + 1)}))
+    assert everyone == [[{"rows": [0]}, {"rows": [1, 1]}]] * 2
+    assert [HostShare(p, 2).row_ids(3, 2).tolist() for p in range(2)] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]

@@ -23,6 +23,7 @@ from spatial_jax.methods import Method
 from spatial_jax.rewards.prosr import ProSRConfig
 from spatial_jax.rollout.collect import ToolSettings, collect
 from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.hosts import HostShare
 
 # reported with standard errors when the method produces them
 _GROUNDING = ("mean_matched_iou", "mean_H", "r_spatial", "precision", "recall", "spatial", "count", "tool")
@@ -83,10 +84,14 @@ def evaluate(
     tools: ToolSettings = ToolSettings(),
     blank_fill: str = "mean",
     image_cfg: ImageProcessingConfig = ImageProcessingConfig(),
+    hosts: HostShare = HostShare(),
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Greedy decoding over `batches` (pipeline Batches in RL mode); returns (summary, per-sample rows).
     Rollouts come from the same `collect` as training: tool turns for a method that uses tools, and a blank-image
-    rollout per prompt for one that needs it (fill `blank_fill`), so the reward keeps every term it has in training."""
+    rollout per prompt for one that needs it (fill `blank_fill`), so the reward keeps every term it has in training.
+    `model`: a decoding copy (rollout/decode_copy.py) or a model. With `hosts` of several processes, `batches` are
+    this process's share of the samples (in order: process p's follow process p - 1's) and the figures are those
+    of every share, the same on every process."""
     cfg = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=(tokenizer.im_end_id,),
                          pad_token_id=tokenizer.pad_id)
     scores, rows, categories, rollouts, boxes = [], [], [], [], []
@@ -105,6 +110,9 @@ def evaluate(
             progress(len(batch.records))
         if max_samples and len(scores) >= max_samples:
             break
+    if hosts.count > 1:  # every process's share, in sample order
+        shares = hosts.everyone((scores, rows, categories, rollouts, boxes))
+        scores, rows, categories, rollouts, boxes = ([x for share in shares for x in share[k]] for k in range(5))
     if max_samples:
         scores, rows, categories = scores[:max_samples], rows[:max_samples], categories[:max_samples]
         rollouts, boxes = rollouts[:max_samples], boxes[:max_samples]

@@ -19,6 +19,7 @@ from spatial_jax.models.config import LoRAConfig
 from spatial_jax.rl.losses import LossConfig
 from spatial_jax.rl.optim import OptimConfig
 from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.decode_copy import DecodeConfig
 from spatial_jax.rollout.multiturn import required_cache_len
 
 # Seeds key jax.random, numpy's generators and grain's shuffle (which takes < 2**32); 31 bits leave room for the
@@ -195,6 +196,7 @@ class TrainConfig:
     data: DataConfig = DataConfig(train="synthetic:train:2000", eval="synthetic:heldout:128",
                                   bucket_lengths=(256, 512, 1024))
     mesh: MeshConfig = MeshConfig()
+    decode: DecodeConfig = DecodeConfig()  # the copy rollouts and evaluation decode from
     sft: SFTConfig = SFTConfig()
     rl: RLConfig = RLConfig()
     eval: EvalConfig = EvalConfig()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.config import ConfigError, to_dict
-from spatial_jax.data.pipeline import Batch, eval_iterator, open_source
+from spatial_jax.data.pipeline import Batch, make_iterator, open_source
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.distributed import primary_says
 from spatial_jax.eval.evaluate import evaluate
@@ -35,6 +35,7 @@ from spatial_jax.rl.optim import lr_schedule
 from spatial_jax.rl.workspace import Workspace, check_resumable, trained_settings
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions
+from spatial_jax.rollout.decode_copy import DecodeCopy, decode_mesh
 from spatial_jax.rollout.hosts import HostShare
 
 
@@ -83,16 +84,8 @@ def open_inputs(cfg: TrainConfig) -> None:
             raise DatasetError(f"{key}: {spec} holds no sample")
 
 
-def reads_whole_batch(cfg: TrainConfig) -> bool:
-    """Multi-turn tool rollouts: the tool loop needs every prompt's record, so every process reads the whole batch."""
-    return cfg.plugin.uses_tools and cfg.rl.max_tool_turns > 0
-
-
 def check_host_split(cfg: TrainConfig, processes: int) -> None:
-    """Each process reads an equal block of every batch: the batch sizes the job uses must split among them (unless
-    every process reads the whole batch)."""
-    if reads_whole_batch(cfg):
-        return
+    """Each process reads an equal block of every batch: the batch sizes the job uses must split among them."""
     sizes = {"sft.batch_size": cfg.sft.batch_size if cfg.sft.steps > 0 else 0,
              "rl.prompts_per_step": cfg.rl.prompts_per_step if cfg.rl.steps > 0 else 0}
     for key, size in sizes.items():
@@ -107,8 +100,10 @@ class Trainer(Workspace):
     def __init__(self, cfg: TrainConfig, record_config: bool = True):
         super().__init__(cfg, record_config=record_config)
         # multi-host: each process reads, rolls out and scores its own block of every batch (rollout/hosts.py)
-        whole = reads_whole_batch(cfg)
-        self.hosts = HostShare(pad_id=self.tok.pad_id) if whole else HostShare.of_cluster(self.tok.pad_id)
+        self.hosts = HostShare.of_cluster(self.tok.pad_id)
+        decode_mesh(self.mesh, cfg.decode.tensor)  # a decode.tensor that does not fit fails now, not after SFT
+        self._decoder: DecodeCopy | None = None
+        self._decoded_from = None  # the trainable state the decoding copy was made from
 
     def preflight(self) -> None:
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
@@ -213,9 +208,10 @@ class Trainer(Workspace):
         """Rollouts -> rewards -> advantages -> updates_per_batch passes of n_micro micro-batches."""
         t0 = time.perf_counter()
         got = self.collect(step, batch, sampling)
-        # every process's scores (its own rollouts'), in rollout order: the advantages and the metrics need them all
-        blocks = self.hosts.blocks({"prompts": len(batch.records), "scores": got.scores})
-        comps, scores = got.completions, [s for block in blocks for s in block["scores"]]
+        # every process's scores (its own rollouts'), in rollout order: the advantages and the metrics need them all,
+        # and the update every process's rollouts' arrays
+        blocks = self.hosts.blocks({"prompts": len(batch.records), "decoded": got.decoded, "scores": got.scores})
+        comps, scores = self.hosts.assemble(got.completions), [s for block in blocks for s in block["scores"]]
         t_rollout = time.perf_counter() - t0
         G = self.cfg.rl.group_size
         rewards = np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
@@ -225,17 +221,28 @@ class Trainer(Workspace):
         opt_state, out = self.update(step, comps, adv, tx, n_micro, opt_state, sampling.temperature or 1.0)
         t_train = time.perf_counter() - t1
         out.update(report.rollout_metrics(self.method, scores, rewards, adv, comps))
-        for key, name in (("prompts", "prompts_read"), ("scores", "rollouts_scored")):
+        for key, name in (("prompts", "prompts_read"), ("decoded", "rows_decoded"), ("scores", "rollouts_scored")):
             counts = [len(b[key]) if key == "scores" else b[key] for b in blocks]
             out[f"host/{name}_min"], out[f"host/{name}_max"] = min(counts), max(counts)
         out["rollout_tokens_per_s"] = float(comps.mask.sum()) / max(t_rollout, 1e-9)
         out["train_tokens_per_s"] = out.pop("train_tokens") / max(t_train, 1e-9)
         return out, opt_state
 
+    def decoder(self) -> DecodeCopy:
+        """The decoding copy of the policy as it is now: made on first use, and again whenever the trainable weights
+        changed since (an update, a restore)."""
+        if self._decoder is None:
+            self._decoder = DecodeCopy(self.model, self.cfg.decode, self.mesh)
+        elif self._decoded_from is not self.trainable:
+            self._decoder.refresh(self.model)
+        self._decoded_from = self.trainable
+        return self._decoder
+
     def collect(self, step: int, batch: Batch, sampling) -> Collected:
-        """G sampled completions per prompt (and the method's blank or tool rollouts), scored."""
+        """G sampled completions per prompt (and the method's blank or tool rollouts) of this process's prompts,
+        decoded from the decoding copy and scored."""
         cfg, rc = self.cfg, self.cfg.rl
-        return collect(self.model, batch, self.tok, self.method, self.reward_cfg, sampling, rc.group_size,
+        return collect(self.decoder(), batch, self.tok, self.method, self.reward_cfg, sampling, rc.group_size,
                        _seed(cfg, 1, step), blank_seed=_seed(cfg, 2, step), step=step,
                        tools=ToolSettings(rc.max_tool_turns, rc.max_tool_tokens), blank_fill=rc.blank_fill,
                        image_cfg=self.policy.image_cfg, hosts=self.hosts)
@@ -306,18 +313,29 @@ class Trainer(Workspace):
         cached = report.read_json(path)  # None when missing or cut
         if isinstance(cached, dict) and cached.get("key") == key and "summary" in cached:
             return cached["summary"]
-        it = eval_iterator(cfg.data, self.tok, self.method.prompt, cfg.eval.batch_size,
-                           image_cfg=self.policy.image_cfg)
         bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}",
                           disable=not (cfg.progress and self.primary))
-        summary, rows = evaluate(self.model, self.tok, it, self.method, self.reward_cfg, cfg.eval.max_new_tokens,
-                                 cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
+        summary, rows = evaluate(self.decoder(), self.tok, self.eval_share(), self.method, self.reward_cfg,
+                                 cfg.eval.max_new_tokens, cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
                                  tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
-                                 blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg)
+                                 blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg, hosts=self.hosts)
         bar.close()
         if self.primary:
             report.write_json(path, {"key": key, "summary": summary, "rows": rows}, indent=1)
         return summary
+
+    def eval_share(self) -> Iterable[Batch]:
+        """This process's share of the held-out samples (the first eval.max_samples of them, or all), a contiguous
+        run in file order, in batches of its share of eval.batch_size."""
+        cfg, hosts = self.cfg, self.hosts
+        source = open_source(cfg.data.eval, cfg.data.synthetic)
+        total = min(len(source), cfg.eval.max_samples) if cfg.eval.max_samples else len(source)
+        own = np.array_split(np.arange(total), hosts.count)[hosts.index]
+        if len(own) == 0:
+            return []
+        size = max(1, cfg.eval.batch_size // hosts.count)
+        return make_iterator([source[int(i)] for i in own], self.tok, cfg.data, self.method.prompt, size,
+                             shuffle=False, num_epochs=1, drop_remainder=False, image_cfg=self.policy.image_cfg)
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:

@@ -4,14 +4,16 @@ Process p of P takes rows [p*b, (p+1)*b) of each batch of B = P*b samples, the b
 read, cut in P blocks: the job sees the same data however many processes share it, and the G rollouts of a prompt
 (a group) never span processes. Images are read, decoded and tokenised only by the process that owns them.
 
-What crosses hosts: the prompt block's arrays, because the decoding program runs over every process's devices as one
-(`gather`; so its draws are those of one process holding all devices), and each process's scores for the loss and
-the metrics. A process turns only its own rollouts into records and scores them (`own`).
+A process decodes only its own prompts, with its own decoding copy (rollout/decode_copy.py), keyed by the rollouts'
+global ids (`row_ids`), so it draws the tokens one process decoding the whole batch would. What crosses hosts is
+what the update and the metrics need: the rollouts' arrays (`assemble`) and each process's scores (`blocks`).
+The SFT update's batch is the whole batch's arrays (`gather`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from typing import Any, Literal
 
 import jax
@@ -25,6 +27,15 @@ from spatial_jax.rollout.completions import Completions
 
 # Batch fields of token rows: left-padded to the widest process's bucket (pad id for ids, 0 for masks)
 _TOKEN_ROWS = ("input_ids", "attention_mask", "loss_mask")
+# Completions fields of prompt rows (left-padded like _TOKEN_ROWS) and of completion rows (right-padded: a
+# multi-turn completion's width is its process's longest rollout)
+_PROMPT_ROWS = ("prompt_ids", "prompt_mask")
+_COMPLETION_ROWS = ("tokens", "logprobs", "entropies", "mask", "context_mask")
+
+
+def _pad_to(value: np.ndarray, width: int, fill, left: bool) -> np.ndarray:
+    pad = np.full((value.shape[0], width - value.shape[1]), fill, value.dtype)
+    return np.concatenate([pad, value] if left else [value, pad], axis=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +57,11 @@ class HostShare:
         size = total // self.count
         return slice(self.index * size, (self.index + 1) * size)
 
+    def row_ids(self, prompts: int, group_size: int) -> np.ndarray:
+        """Global ids of the rollouts of this process's `prompts` prompts (G each) among every process's equal
+        blocks: rollout r of process p is p * prompts * G + r."""
+        return self.index * prompts * group_size + np.arange(prompts * group_size)
+
     def iterator(self, data: DataConfig, tokenizer: SpatialTokenizer, fmt: PromptFormat, batch_size: int,
                  mode: Literal["rl", "sft"], image_cfg: Any) -> DataIterator:
         """This process's block of each of `train_iterator`'s batches of `batch_size`, read by this process alone."""
@@ -65,33 +81,40 @@ class HostShare:
                 out.setdefault(field.name, value)
             elif field.name in _TOKEN_ROWS:
                 fill = self.pad_id if field.name == "input_ids" else 0
-                pad = np.full((value.shape[0], width - value.shape[1]), fill, value.dtype)
-                out[field.name] = allgather_rows(np.concatenate([pad, value], axis=1))
+                out[field.name] = allgather_rows(_pad_to(value, width, fill, left=True))
             else:  # per-row values, or per-item / per-patch arrays in row order
                 out[field.name] = allgather_rows(value)
         return dataclasses.replace(batch, **out)
 
-    def own(self, comps: Completions) -> Completions:
-        """This process's rollouts (those of its prompts) among completions of the whole batch."""
+    def assemble(self, comps: Completions) -> Completions:
+        """Every process's rollouts' arrays in process order: those of the whole batch, as one process decoding it
+        holds them (prompt rows left-padded to the widest process's, completion rows right-padded with the pad id
+        and zeros). Texts and offsets stay with the process that scored them: the result has none."""
         if self.count == 1:
             return comps
-        total = len(comps.texts)
-        rows = self.rows(total)
-        items, patches = comps.item_starts()
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"texts": (), "offsets": ()}
         for field in dataclasses.fields(comps):
-            value = getattr(comps, field.name)
-            if field.name == "pixel_values":
-                out[field.name] = value[patches[items[rows.start]] : patches[items[rows.stop]]]
-            elif field.name == "image_grid_thw":
-                out[field.name] = value[items[rows.start] : items[rows.stop]]
-            elif len(value) == total:
-                out[field.name] = value[rows]
-            else:
-                raise ValueError(f"Completions.{field.name} has {len(value)} rows, not one per rollout ({total})")
+            name, value = field.name, getattr(comps, field.name)
+            if name in out:
+                continue
+            if name in _PROMPT_ROWS or name in _COMPLETION_ROWS:
+                width = int(allgather_rows(np.asarray([value.shape[1]])).max())
+                fill = self.pad_id if name in ("prompt_ids", "tokens") else 0
+                value = _pad_to(value, width, fill, left=name in _PROMPT_ROWS)
+            out[name] = allgather_rows(value)  # per-row values, or per-item / per-patch arrays in row order
         return dataclasses.replace(comps, **out)
 
     def blocks(self, obj: Any) -> list[Any]:
         """Every sharing process's JSON-ready `obj` (e.g. its scores), in process order; [obj] when one process reads
         everything."""
         return [obj] if self.count == 1 else allgather_json(obj)
+
+    def everyone(self, obj: Any) -> list[Any]:
+        """Every sharing process's `obj` (any picklable value: records, per-sample rows), in process order."""
+        if self.count == 1:
+            return [obj]
+        raw = np.frombuffer(pickle.dumps(obj), np.uint8)
+        ends = np.cumsum(allgather_rows(np.asarray([raw.size])))
+        flat = allgather_rows(raw)
+        return [pickle.loads(flat[end - size : end].tobytes())
+                for end, size in zip(ends, np.diff(np.concatenate([[0], ends])))]
