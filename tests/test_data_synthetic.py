@@ -254,7 +254,7 @@ def test_config_validation():
 
 
 GRID = syn.SyntheticConfig(width=128, height=128, grid=4, min_objects=2, max_objects=4, distinct_colors=True,
-                           question_types=("relative_position", "nearest", "counting"))
+                           shuffle_options=False, question_types=("relative_position", "nearest", "counting"))
 
 
 def test_grid_world_puts_each_object_in_its_own_cell_with_answers_from_the_boxes():
@@ -269,12 +269,14 @@ def test_grid_world_puts_each_object_in_its_own_cell_with_answers_from_the_boxes
         assert len(cells) == len(colours) == len(set(colours))
         assert 2 <= len(colours) <= 4
         assert s.options[LETTERS.index(s.answer)] == _expected_answer(s)
+        assert list(s.options) == sorted(s.options)
         scene = [syn.SceneObject(o["shape"], o["color"], tuple(o["bbox"])) for o in s.meta["objects"]]
         assert np.array_equal(syn.render(scene, 128, 128), s.image)
 
 
 def test_grid_and_colour_knobs_validated_and_defaults_unchanged():
-    assert (syn.SyntheticConfig().grid, syn.SyntheticConfig().distinct_colors) == (0, False)
+    default = syn.SyntheticConfig()
+    assert (default.grid, default.distinct_colors, default.shuffle_options) == (0, False, True)
     with pytest.raises(ValueError, match=r"grid must lie in \[0, 12\], got 13"):
         syn.SyntheticConfig(width=96, height=128, grid=13)
     with pytest.raises(ValueError, match="max_objects"):

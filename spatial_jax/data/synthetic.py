@@ -57,7 +57,8 @@ class SyntheticConfig:
     a 2 px border (the size fractions are then unused). With cells the size of the vision tower's merged patches
     (e.g. 128 px, grid 4: 32 px cells), each object is one image token whose position embedding says where it is, so
     a tiny policy can learn its box. distinct_colors: no two objects of a scene share a colour, so a colour alone
-    names an object."""
+    names an object. shuffle_options: options in random order; otherwise sorted (relative position: above, below,
+    left, right), so an answer's letter follows from the answer alone."""
 
     width: int = 96
     height: int = 96
@@ -72,6 +73,7 @@ class SyntheticConfig:
     displace_iou: float = 0.6
     grid: int = 0
     distinct_colors: bool = False
+    shuffle_options: bool = True
     seed: int = 0
 
     def __post_init__(self):
@@ -246,8 +248,11 @@ def render(objects: Sequence[SceneObject], width: int, height: int) -> np.ndarra
 # ---------------------------------------------------------------- questions
 
 
-def _letter_options(rng: np.random.Generator, items: list, correct) -> tuple[list, str]:
-    order = [items[int(i)] for i in rng.permutation(len(items))]
+def _letter_options(rng: np.random.Generator, items: list, correct, cfg: SyntheticConfig) -> tuple[list, str]:
+    if cfg.shuffle_options:
+        order = [items[int(i)] for i in rng.permutation(len(items))]
+    else:
+        order = sorted(items, key=str)
     return order, LETTERS[order.index(correct)]
 
 
@@ -270,7 +275,7 @@ def _q_relative(rng, objects, cfg) -> Question | None:
     if not pairs:
         return None
     i, j, d = pairs[int(rng.integers(len(pairs)))]
-    options, letter = _letter_options(rng, list(DIRECTIONS), d)
+    options, letter = _letter_options(rng, list(DIRECTIONS), d, cfg)
     a, b = objects[i], objects[j]
     return Question(
         category="relative_position",
@@ -294,7 +299,7 @@ def _q_size(rng, objects, cfg) -> Question | None:
     labels = [objects[i].label for i in chosen]
     distractors = _absent_labels(objects)
     extra = [distractors[int(i)] for i in rng.choice(len(distractors), size=4 - k, replace=False)]
-    options, letter = _letter_options(rng, labels + extra, objects[ranked[0]].label)
+    options, letter = _letter_options(rng, labels + extra, objects[ranked[0]].label, cfg)
     pred = "larger than" if which == "largest" else "smaller than"
     return Question(
         category="size",
@@ -323,7 +328,7 @@ def _q_nearest(rng, objects, cfg) -> Question | None:
     present = [nearest] + picked
     distractors = _absent_labels(objects)
     extra = [distractors[int(i)] for i in rng.choice(len(distractors), size=4 - len(present), replace=False)]
-    options, letter = _letter_options(rng, [objects[i].label for i in present] + extra, objects[nearest].label)
+    options, letter = _letter_options(rng, [objects[i].label for i in present] + extra, objects[nearest].label, cfg)
     return Question(
         category="nearest",
         text=f"Which object is closest to the {objects[ref].label}?",
@@ -349,7 +354,7 @@ def _q_counting(rng, objects, cfg) -> Question | None:
     count = len(members)
     pool = [c for c in range(0, max(count + 4, 6)) if c != count]
     wrong = [pool[int(i)] for i in rng.choice(len(pool), size=3, replace=False)]
-    options, letter = _letter_options(rng, [str(c) for c in [count, *wrong]], str(count))
+    options, letter = _letter_options(rng, [str(c) for c in [count, *wrong]], str(count), cfg)
     return Question(
         category="counting",
         text=text,
