@@ -18,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -78,22 +79,21 @@ def _params(run_dir: Path, stage: str = "rl"):
     return jax.tree.map(np.asarray, state["params"])
 
 
-def test_two_processes_train_like_one(dense, tmp_path):
-    command = [sys.executable, "-c", dense_methods.RUNNER, "train", *JOB]
+def _two_processes(command: list[str], run_dir: Path, alongside: Callable[[], None] = lambda: None) -> list[str]:
+    """`command run_dir=...` on a cluster of two processes of 2 devices each (`alongside()` runs meanwhile); both
+    must succeed. Returns their outputs."""
     port = _free_port()
-    logs = [tmp_path / f"process{i}.log" for i in range(2)]
+    logs = [run_dir.parent / f"{run_dir.name}.process{i}.log" for i in range(2)]
     cluster = []
     try:
         for i, log in enumerate(logs):  # output to files: an unread pipe could stall a process mid-collective
             with open(log, "wb") as out:
                 cluster.append(subprocess.Popen(
-                    [*command, f"run_dir={tmp_path / 'cluster'}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                    [*command, f"run_dir={run_dir}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                     env=_env(2, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
                              JAX_PROCESS_ID=str(i)),
                 ))
-        single = subprocess.run([*command, f"run_dir={tmp_path / 'single'}"], cwd=ROOT, env=_env(4),
-                                capture_output=True, text=True, timeout=600)
-        assert single.returncode == 0, single.stderr[-3000:]
+        alongside()
         for proc in cluster:
             proc.wait(timeout=600)
     finally:
@@ -102,6 +102,18 @@ def test_two_processes_train_like_one(dense, tmp_path):
     outputs = [log.read_text(errors="replace") for log in logs]
     for proc, out in zip(cluster, outputs):
         assert proc.returncode == 0, out[-3000:]
+    return outputs
+
+
+def test_two_processes_train_like_one(dense, tmp_path):
+    command = [sys.executable, "-c", dense_methods.RUNNER, "train", *JOB]
+
+    def single():
+        done = subprocess.run([*command, f"run_dir={tmp_path / 'single'}"], cwd=ROOT, env=_env(4),
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    outputs = _two_processes(command, tmp_path / "cluster", single)
     # only the first process prints the summary and writes the run's files
     assert "after_rl:" in outputs[0] and "after_rl:" not in outputs[1]
     for stage in ("sft", "rl"):
@@ -151,6 +163,22 @@ def test_two_processes_train_like_one(dense, tmp_path):
     for name in ours.names():
         np.testing.assert_allclose(again.get(name).astype(np.float32), ours.get(name), rtol=1e-2, atol=1e-6)
 
+
+
+@pytest.mark.slow
+def test_two_processes_roll_out_with_tools(dense, tmp_path):
+    """AlloSpatial's multi-turn tool rollouts on two processes: each reads, decodes (running its rows' tool calls)
+    and scores its own prompt, and the update trains on both processes' rollouts."""
+    job = ["sft.steps=0", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.sampling.max_new_tokens=8",
+           "rl.max_tool_turns=1", "rl.max_tool_tokens=64", "rl.optim.warmup_ratio=0.0", "eval.after_rl=false",
+           "export_hf=false", "data.train=synthetic:train:4", "data.bucket_lengths=[512]", "mesh.data=4",
+           "tensorboard=false", "progress=false", "method=dense_allospatial"]
+    _two_processes([sys.executable, "-c", dense_methods.RUNNER, "train", *job], tmp_path / "tools")
+    (row,) = [json.loads(line) for line in (tmp_path / "tools" / "rl" / "metrics.jsonl").open()]
+    assert row["host/prompts_read_max"] == row["host/rows_decoded_max"] / 2 == 1
+    assert row["host/rows_decoded_min"] == row["host/rollouts_scored_min"] == 2
+    assert "tool_calls_mean" in row and row["loss/grad_norm"] > 1e-3
+    assert abs(row["loss/ratio_mean"] - 1) < 1e-5 and abs(row["loss/ratio_max"] - 1) < 1e-5
 
 
 def test_each_process_reads_its_block_of_the_batches_one_process_reads():

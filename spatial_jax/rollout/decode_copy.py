@@ -49,6 +49,10 @@ class DecodeConfig:
 def decode_mesh(train_mesh: Mesh, tensor: int = 0) -> Mesh:
     """A (data, fsdp=1, tensor) mesh over this process's devices of `train_mesh`."""
     local = [d for d in train_mesh.devices.flat if d.process_index == jax.process_index()]
+    if not local:
+        raise ConfigError(f"process {jax.process_index()} holds none of the mesh's {train_mesh.devices.size} devices: "
+                          "it decodes its prompts on its own, so the mesh (data*fsdp*tensor) must span every "
+                          "process's devices")
     tensor = tensor or len(local)
     if len(local) % tensor:
         raise ConfigError(f"decode.tensor={tensor} does not divide the {len(local)} devices this process holds of "
