@@ -14,6 +14,7 @@ from spatial_jax.data.pipeline import Batch
 from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.distributed import to_host
 from spatial_jax.records import BlankRollout, Rollout, TokenTrace
+from spatial_jax.rollout import engine
 from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.sampler import generate
 
@@ -67,13 +68,19 @@ def sample(
     seed: int,
     row_ids=None,
 ) -> Completions:
-    """G completions of each prompt. `row_ids` [B * G]: the rollouts' global ids (default arange(B * G)); rollout
-    r's draws depend only on (seed, row_ids[r]), so a process decoding prompts p0.. of a global batch passes
-    p0 * G + arange(B * G) and samples what one process decoding the whole batch would."""
+    """G completions of each prompt, decoded by the engine cfg.engine names. `row_ids` [B * G]: the rollouts'
+    global ids (default arange(B * G)); rollout r's draws depend only on (seed, row_ids[r]), so a process decoding
+    prompts p0.. of a global batch passes p0 * G + arange(B * G) and samples what one process decoding the whole
+    batch would."""
     ids, mask, pixels, grid, counts = repeat_batch(batch, group_size)
-    out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid,
-                      cfg=dataclasses.replace(cfg, seed=seed), row_group=np.arange(len(ids)) // group_size,
-                      row_image_counts=counts, row_ids=row_ids)  # each prompt's images encoded once for its G rows
+    cfg = dataclasses.replace(cfg, seed=seed)
+    if cfg.engine == "paged":
+        out = engine.generate(model, ids, mask, cfg=cfg, pixel_values=pixels, image_grid_thw=grid, image_counts=counts,
+                              row_ids=row_ids)
+    else:
+        out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, cfg=cfg,
+                          row_group=np.arange(len(ids)) // group_size, row_image_counts=counts,
+                          row_ids=row_ids)  # each prompt's images encoded once for its G rows
     tokens, m = to_host(out.tokens), to_host(out.mask)
     texts, offsets = [], []
     for r in range(tokens.shape[0]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from spatial_jax.config import check_at_least, check_non_negative, check_range, require
 
@@ -16,6 +17,11 @@ class SamplingConfig:
     The sampler always suppresses the model's image and video placeholder ids (a completion holding them could not
     be re-encoded without pixels); `suppress_token_ids` adds more. Filters change which token is drawn, never the
     reported log-probs and entropies, which are over the full vocabulary as the loss recomputes them.
+
+    `engine` picks how rollouts are decoded: "paged" (rollout/engine.py: `slots` requests at a time, 0 = all of a
+    call's rows, continuous batching over a pool of `pages` KV pages of `page_size` tokens, 0 = enough for every
+    slot's longest request, `chunk` decode steps per jitted call) or "static" (rollout/sampler.py: the whole batch in
+    one fixed-shape loop). Both draw the same tokens for the same seed and row ids.
     """
 
     temperature: float = 1.0
@@ -26,9 +32,17 @@ class SamplingConfig:
     max_new_tokens: int = 256
     seed: int = 0
     pad_token_id: int = 0
+    engine: Literal["paged", "static"] = "static"
+    slots: int = 0
+    page_size: int = 16
+    pages: int = 0
+    chunk: int = 16
 
     def __post_init__(self):
-        check_non_negative(self, "temperature", "top_k")  # temperature 0 = greedy, top_k 0 = off
+        require("engine", self.engine, self.engine in ("paged", "static"), 'be "paged" or "static"')
+        check_non_negative(self, "temperature", "top_k", "slots", "pages")  # temperature 0 = greedy, top_k 0 = off
+        check_at_least(self, page_size=1, chunk=1)
+        require("pages", self.pages, self.pages != 1, "be 0 (automatic) or at least 2 (page 0 is scratch)")
         check_range(self, "top_p", 0.0, 1.0, low_open=True)
         check_at_least(self, max_new_tokens=1)
         for name in ("stop_token_ids", "suppress_token_ids"):

@@ -11,9 +11,12 @@ freeing its slot and pages.
 Draws are keyed by (seed, the request's global row id, its token index) (`logits.row_key`), and logits, log-probs
 and entropies are computed as the static sampler computes them, so a request's completion does not depend on its
 slot, on its neighbours or on when it was admitted. Before each chunk a live slot gets the pages its next `chunk`
-tokens need; a slot that cannot get them sits the chunk out (its pages stay), and when no slot can run and none
-can be admitted the pool is too small: a RuntimeError says so (never a hang). Every compiled shape is bucketed
-(rows and prefill length to powers of two, each chunk's page window to a power of two), so a run compiles a few
+tokens need, oldest request first; a slot that cannot get them sits the chunk out (its pages stay) and admissions
+wait. When no slot can run, the youngest request still in its first round gives its pages back and starts over
+later (drawing the same tokens); when there is none, the pool is too small: a RuntimeError says so (never a hang).
+Every compiled shape is bucketed
+(rows and prefill length to powers of two, each call's page window to a power of two of at least
+MIN_WINDOW_TOKENS), so a run compiles a few
 programs, not one per admission.
 """
 
@@ -32,6 +35,7 @@ from spatial_jax.models import decode_positions, get_rope_index, prepare_vision_
 from spatial_jax.models.paged import SCRATCH_PAGE, PagedKVCache
 from spatial_jax.rollout import logits as lg
 from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.sampler import SampleOutput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +75,17 @@ class _Slot:
     row_id: int = 0
     live: bool = False  # decoding (else waiting for its prefill)
     pending: Request | None = None  # tokens to prefill before it decodes again
+    order: int = 0  # admission count: older requests get pages first
+
+
+# Windows below this many tokens are not worth a compile of their own: attending over them costs little.
+MIN_WINDOW_TOKENS = 256
+
+
+def _window(pages: int, engine: Engine) -> int:
+    """Pages a chunk's or prefill's rows read: a power of two covering `pages`, at least MIN_WINDOW_TOKENS, capped
+    at what a request can hold."""
+    return min(max(_pow2(pages), -(-MIN_WINDOW_TOKENS // engine.page_size)), engine.max_pages)
 
 
 def _field(slots: list[_Slot], name: str) -> jax.Array:
@@ -150,7 +165,8 @@ class Engine:
         if self.pages < 2:
             raise ValueError(f"the pool needs the scratch page and at least one more, got pages={self.pages}")
         self.cache_dtype = cache_dtype
-        self.peak_pages = 0
+        self.peak_pages = 0  # the most pages (scratch excluded) in use at once in the last run
+        self.stats = {"chunks": 0, "paused": 0, "restarts": 0}  # of the last run: slots sitting a chunk out, ...
 
     @property
     def kv_bytes(self) -> int:
@@ -183,6 +199,7 @@ class Engine:
         static_cfg = dataclasses.replace(cfg, seed=0, stop_token_ids=(), suppress_token_ids=())
         base_key = jax.random.PRNGKey(cfg.seed)
         self.peak_pages = 0
+        self.stats = {"chunks": 0, "paused": 0, "restarts": 0}
 
         def grow(s: _Slot, tokens: int) -> bool:
             need = -(-tokens // self.page_size) - len(s.pages)
@@ -192,28 +209,45 @@ class Engine:
             self.peak_pages = max(self.peak_pages, self.pages - 1 - len(free))
             return True
 
+        admitted, pressed = 0, False
         while waiting or any(s.request >= 0 for s in slots):
-            for s in slots:  # admissions into free slots, in order, while pages last
-                if s.request < 0 and waiting:
+            pressed = pressed and any(s.request >= 0 for s in slots)
+            for s in slots:  # admissions into free slots, in order, while pages last and no slot waits for pages
+                if s.request < 0 and waiting and not pressed:
                     i = waiting[0]
-                    s.pending, s.row_id = requests[i], requests[i].row_id
                     if not grow(s, len(requests[i].tokens) + 1):
-                        s.pending = None
                         break
                     waiting.popleft()
-                    s.request, s.length, s.rope_delta, s.drawn = i, 0, 0, 0
-            batch = [s for s in slots if s.pending is not None and grow(s, s.length + len(s.pending.tokens) + 1)]
+                    s.request, s.pending, s.row_id, s.order = i, requests[i], requests[i].row_id, admitted
+                    admitted += 1
+            by_age = sorted((s for s in slots if s.request >= 0), key=lambda s: s.order)
+            batch = [s for s in by_age if s.pending is not None and grow(s, s.length + len(s.pending.tokens) + 1)]
             if batch:
                 keys, values, logits = self._prefill(graphdef, params, keys, values, logits, slots, batch)
-            runnable = [s.live and grow(s, s.length + min(self.chunk, s.budget)) for s in slots]
-            if not any(runnable):
+            ok = {id(s) for s in by_age if s.live and grow(s, s.length + min(self.chunk, s.budget))}
+            runnable = [id(s) in ok for s in slots]
+            pressed = len(ok) < sum(s.live for s in slots) or any(s.pending is not None for s in slots)
+            if not ok:
                 if batch:
                     continue
-                raise RuntimeError(
-                    f"KV page pool exhausted: {self.pages} pages of {self.page_size} tokens cannot hold the "
-                    f"requests in the {self.slots} slots (pages in use: {self.pages - 1 - len(free)}); give more "
-                    "pages or fewer slots")
-            window = min(_pow2(max(len(s.pages) for s in slots)), self.max_pages)
+                # Every slot waits for pages: the youngest request still in its first round starts over later
+                # (its draws are keyed by row and token index, so it redraws the same tokens).
+                victims = [s for s in by_age[1:] if not rounds[s.request]]
+                if not victims:
+                    raise RuntimeError(
+                        f"KV page pool exhausted: {self.pages} pages of {self.page_size} tokens cannot hold the "
+                        f"requests in the {self.slots} slots (pages in use: {self.pages - 1 - len(free)}); give "
+                        "more pages or fewer slots")
+                victim = victims[-1]
+                self.stats["restarts"] += 1
+                partial.pop(victim.request, None)
+                waiting.appendleft(victim.request)
+                free.extend(reversed(victim.pages))
+                slots[slots.index(victim)] = _Slot()
+                continue
+            self.stats["chunks"] += 1
+            self.stats["paused"] += sum(s.live for s in slots) - len(ok)
+            window = _window(max(len(s.pages) for s in slots), self)
             table = np.full((self.slots, window), SCRATCH_PAGE, np.int32)
             for j, s in enumerate(slots):
                 table[j, : len(s.pages)] = s.pages
@@ -259,7 +293,7 @@ class Engine:
         T = _pow2(max(len(s.pending.tokens) for s in batch), 8)
         ids = np.zeros((n, T), np.int32)
         mask = np.zeros((n, T), np.int32)
-        table = np.full((n, min(_pow2(max(len(s.pages) for s in batch)), self.max_pages)), SCRATCH_PAGE, np.int32)
+        table = np.full((n, _window(max(len(s.pages) for s in batch), self)), SCRATCH_PAGE, np.int32)
         lengths = np.zeros((n,), np.int32)
         offsets = np.zeros((n,), np.int32)
         where = np.full((n,), self.slots, np.int32)  # padding rows' logits land out of bounds (dropped)
@@ -289,3 +323,65 @@ class Engine:
             s.rope_delta += int(deltas[b])
             s.pending, s.live, s.budget = None, True, self.cfg.max_new_tokens
         return keys, values, logits
+
+
+def split_rows(input_ids, attention_mask, pixel_values=None, image_grid_thw=None, image_counts=None, row_ids=None
+               ) -> list[Request]:
+    """A padded batch (any padding pattern) as one Request per row: its real tokens, its `image_counts[r]` visual
+    items (the items come row by row; see `image_counts`) and its global id (default its index)."""
+    ids, mask = np.asarray(input_ids), np.asarray(attention_mask)
+    R = ids.shape[0]
+    row_ids = np.arange(R) if row_ids is None else np.asarray(row_ids)
+    if row_ids.shape != (R,):
+        raise ValueError(f"row_ids must be {R} integers, got shape {row_ids.shape}")
+    if image_grid_thw is None:
+        return [Request(ids[r][mask[r] > 0], int(row_ids[r])) for r in range(R)]
+    grid = np.asarray(image_grid_thw, np.int32).reshape(-1, 3)
+    counts = np.asarray(image_counts)
+    if counts.shape != (R,) or counts.sum() != len(grid):
+        raise ValueError(f"image_counts must give each of the {R} rows' items, {len(grid)} in all")
+    items = np.concatenate([[0], np.cumsum(counts)])
+    patches = np.concatenate([[0], np.cumsum(np.prod(grid, axis=-1))])
+    out = []
+    for r in range(R):
+        a, b = items[r], items[r + 1]
+        out.append(Request(ids[r][mask[r] > 0], int(row_ids[r]),
+                           *((np.asarray(pixel_values)[patches[a] : patches[b]], grid[a:b]) if b > a else ())))
+    return out
+
+
+def image_counts_of(cfg, input_ids, attention_mask, image_grid_thw) -> np.ndarray:
+    """How many of the (row-major) visual items each row shows, from its count of image/video tokens."""
+    ids, mask = np.asarray(input_ids), np.asarray(attention_mask)
+    wanted = (((ids == cfg.image_token_id) | (ids == cfg.video_token_id)) & (mask > 0)).sum(axis=1)
+    sizes = np.prod(np.asarray(image_grid_thw).reshape(-1, 3), axis=-1) // cfg.vision.spatial_merge_size**2
+    counts, item = np.zeros(len(ids), np.int64), 0
+    for r, need in enumerate(wanted):
+        while need > 0 and item < len(sizes):
+            need, item, counts[r] = need - sizes[item], item + 1, counts[r] + 1
+        if need != 0:
+            raise ValueError(f"row {r}'s image tokens do not match the sizes of the visual items given")
+    return counts
+
+
+def generate(model, input_ids, attention_mask, *, cfg: SamplingConfig, pixel_values=None, image_grid_thw=None,
+             image_counts=None, row_ids=None, max_len: int | None = None) -> SampleOutput:
+    """The static sampler's `generate` through the engine (cfg.slots, cfg.pages, cfg.page_size, cfg.chunk): the same
+    SampleOutput ([R, cfg.max_new_tokens] tokens, log-probs, entropies, mask; numpy), rows in the given order."""
+    if image_grid_thw is not None and image_counts is None:
+        image_counts = image_counts_of(model.cfg, input_ids, attention_mask, image_grid_thw)
+    requests = split_rows(input_ids, attention_mask, pixel_values, image_grid_thw, image_counts, row_ids)
+    longest = max((len(r.tokens) for r in requests), default=0)
+    engine = Engine(model, cfg, slots=cfg.slots or max(1, len(requests)),
+                    max_len=max_len or longest + cfg.max_new_tokens, page_size=cfg.page_size, pages=cfg.pages,
+                    chunk=cfg.chunk)
+    rounds = engine.run(requests)
+    R, N = len(requests), cfg.max_new_tokens
+    tokens = np.full((R, N), cfg.pad_token_id, np.int32)
+    logprobs = np.zeros((R, N), np.float32)
+    entropies = np.zeros((R, N), np.float32)
+    mask = np.zeros((R, N), np.int32)
+    for r, (rnd,) in enumerate(rounds):
+        n = len(rnd.tokens)
+        tokens[r, :n], logprobs[r, :n], entropies[r, :n], mask[r, :n] = rnd.tokens, rnd.logprobs, rnd.entropies, 1
+    return SampleOutput(tokens=tokens, logprobs=logprobs, entropies=entropies, mask=mask, lengths=mask.sum(axis=1))

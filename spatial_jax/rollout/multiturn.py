@@ -34,6 +34,7 @@ from spatial_jax.distributed import to_host
 from spatial_jax.rewards.parse_harness import find_tool_call
 from spatial_jax.rollout.completions import Completions, repeat_batch
 from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.rollout.engine import Engine, Request, Round, split_rows
 from spatial_jax.rollout.sampler import decode, extend, prefill
 from spatial_jax.rollout.tools import Tool, default_tools, run_call_with_picture
 
@@ -126,10 +127,38 @@ def sample_multiturn(
             f"KV cache too small for multi-turn rollouts: max_len={max_len} < prompt {ids.shape[1]} + "
             f"{max_turns + 1} decode rounds x {N} tokens + {max_turns} tool turns x {max_tool_tokens} tokens = {need}"
         )
-    state = prefill(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, max_len=max_len, seed=seed,
-                    row_group=np.arange(len(ids)) // group_size, row_image_counts=counts, row_ids=row_ids)
     R = ids.shape[0]
     rows = [_Row() for _ in range(R)]
+
+    def tool_turn(r: int) -> tuple[list[int], tuple[np.ndarray, np.ndarray] | None]:
+        """Runs row r's call of this turn; its answer (and picture) joins the row."""
+        row = rows[r]
+        call = find_tool_call(tokenizer.decode(row.turn))
+        text, picture = run_call_with_picture(call, tools, batch.records[r // group_size])
+        answer, patches = _tool_answer(tokenizer, text, picture, image_cfg, max_tool_tokens)
+        if patches is not None:
+            row.pictures.append(patches)
+        row.add(answer, [0.0] * len(answer), [0.0] * len(answer), model=0)
+        row.turn = []
+        row.calls += 1
+        return answer, patches
+
+    if cfg.engine == "paged" and decode_fn is decode:
+        _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
+                   tokenizer.tool_call_end_id)
+    else:
+        _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
+                    tokenizer.tool_call_end_id, group_size, max_tool_tokens, decode_fn)
+    pixels, grid, counts = _with_pictures(rows, pixels, grid, counts)
+    return _assemble(rows, ids, mask, pixels, grid, counts, tokenizer, cfg, need - ids.shape[1])
+
+
+def _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
+                call_end_id, group_size, max_tool_tokens, decode_fn) -> None:
+    """All rows in lockstep on the static sampler: a decode round, then one `extend` with every caller's tool turn."""
+    state = prefill(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, max_len=max_len, seed=cfg.seed,
+                    row_group=np.arange(len(ids)) // group_size, row_image_counts=counts, row_ids=row_ids)
+    R = len(rows)
     for turn in range(max_turns + 1):
         state, out = decode_fn(model, state, cfg)
         toks, lps, ents = to_host(out.tokens), to_host(out.logprobs), to_host(out.entropies)
@@ -139,7 +168,7 @@ def sample_multiturn(
             n = int(lengths[r])
             row.add(toks[r, :n], lps[r, :n], ents[r, :n], model=1)
             row.turn.extend(int(t) for t in toks[r, :n])
-            if n and done[r] and toks[r, n - 1] == tokenizer.tool_call_end_id:
+            if n and done[r] and toks[r, n - 1] == call_end_id:
                 called.append(r)
         state = state.replace(done=jnp.ones_like(state.done))  # rows that ran out of tokens this round are truncated
         if turn == max_turns or not called:
@@ -148,25 +177,36 @@ def sample_multiturn(
         tool_mask = np.zeros((R, max_tool_tokens), np.int32)
         shown = []  # this turn's pictures, in row order (the order their image tokens come in the batch)
         for r in called:
-            row = rows[r]
-            call = find_tool_call(tokenizer.decode(row.turn))
-            text, picture = run_call_with_picture(call, tools, batch.records[r // group_size])
-            answer, patches = _tool_answer(tokenizer, text, picture, image_cfg, max_tool_tokens)
+            answer, patches = tool_turn(r)
             if patches is not None:
-                row.pictures.append(patches)
                 shown.append(patches)
             tool_tokens[r, : len(answer)] = answer
             tool_mask[r, : len(answer)] = 1
-            row.add(answer, [0.0] * len(answer), [0.0] * len(answer), model=0)
-            row.turn = []
-            row.calls += 1
         if shown:
             state = extend(model, state, tool_tokens, tool_mask, pixel_values=np.concatenate([p for p, _ in shown]),
                            image_grid_thw=np.concatenate([g for _, g in shown]))
         else:
             state = extend(model, state, tool_tokens, tool_mask)
-    pixels, grid, counts = _with_pictures(rows, pixels, grid, counts)
-    return _assemble(rows, ids, mask, pixels, grid, counts, tokenizer, cfg, need - ids.shape[1])
+
+
+def _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
+               call_end_id) -> None:
+    """Each row on its own through the engine: a row that stops at a tool call gets its tool turn at once and
+    decodes on while the others do; the same tokens as the static path (draws are keyed per row)."""
+    requests = split_rows(ids, mask, pixels, grid, counts, row_ids)
+
+    def on_round(r: int, rnd: Round) -> Request | None:
+        row = rows[r]
+        row.add(rnd.tokens, rnd.logprobs, rnd.entropies, model=1)
+        row.turn.extend(int(t) for t in rnd.tokens)
+        if not (rnd.stopped and len(rnd.tokens) and rnd.tokens[-1] == call_end_id and row.calls < max_turns):
+            return None
+        answer, patches = tool_turn(r)
+        extra = () if patches is None else patches
+        return Request(np.asarray(answer, np.int32), requests[r].row_id, *extra)
+
+    Engine(model, cfg, slots=cfg.slots or len(rows), max_len=max_len, page_size=cfg.page_size, pages=cfg.pages,
+           chunk=cfg.chunk).run(requests, on_round)
 
 
 def _tool_answer(tokenizer: SpatialTokenizer, text: str, picture: np.ndarray | None, image_cfg: ImageProcessingConfig,
