@@ -9,12 +9,21 @@ from . import naive, pallas, xla
 IMPLS = ("auto", "naive", "xla", "pallas")
 
 
-def resolve_impl(impl: str) -> str:
-    """"auto" -> "pallas" on TPU, "xla" elsewhere (CPU and GPU); other names are checked and returned."""
+def _platform() -> str:
+    """The platform of the devices the program is compiled for: the active mesh's (jax.set_mesh), else the default
+    backend's. A TPU slice described from a CPU host (`spatial-jax plan`) is then "tpu", not the host's "cpu"."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh is None or mesh.empty else mesh.abstract_device
+    return device.platform if device is not None else jax.default_backend()
+
+
+def resolve_impl(impl: str, platform: str | None = None) -> str:
+    """"auto" -> "pallas" on TPU, "xla" elsewhere (CPU and GPU), for `platform` (default: that of the active mesh's
+    devices, else the default backend); other names are checked and returned."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}; got {impl!r}")
     if impl == "auto":
-        return "pallas" if jax.default_backend() == "tpu" else "xla"
+        return "pallas" if (platform or _platform()) == "tpu" else "xla"
     return impl
 
 

@@ -26,6 +26,9 @@ from jax.sharding import PartitionSpec as P
 from . import common
 
 DEFAULT_BLOCK_D = 512
+# The named scope of every LM-head kernel call: a compiled program's op names then tell these Mosaic kernels apart
+# from others (splash attention), which is how `spatial-jax plan` reports that the LM head compiled as Pallas.
+SCOPE = "pallas_lm_head"
 MiB = 1 << 20
 # Scoped VMEM limit asked of Mosaic per TPU generation (by jax's device_kind): 3/4 of the core's VMEM (jax's
 # tpu_info: v5e 128 MiB, v5p 64 MiB, v6e 128 MiB), since the compiler's scoped default (16 MiB on v5e/v5p,
@@ -135,7 +138,7 @@ def forward_stats(h, w, targets, *, temperature, block_n, block_v, block_d, vmem
     grid = (n_pad // block_n, pl.cdiv(v, block_v), d // block_d)
     row_spec = pl.BlockSpec((block_n, 1), lambda i, j, k: (i, 0))
     stat = jax.ShapeDtypeStruct((n_pad, 1), jnp.float32)
-    z_target, entropy, lse = pl.pallas_call(
+    call = pl.pallas_call(
         functools.partial(_forward_kernel, v=v, temperature=temperature),
         grid=grid,
         in_specs=[
@@ -149,7 +152,9 @@ def forward_stats(h, w, targets, *, temperature, block_n, block_v, block_d, vmem
         + [pltpu.VMEM((block_n, 1), jnp.float32) for _ in range(4)],
         compiler_params=_compiler_params(("parallel", "arbitrary", "arbitrary"), vmem_limit_bytes),
         interpret=interpret,
-    )(_pad_rows(h, n_pad), w, _pad_rows(targets.astype(jnp.int32)[:, None], n_pad))
+    )
+    with jax.named_scope(SCOPE):
+        z_target, entropy, lse = call(_pad_rows(h, n_pad), w, _pad_rows(targets.astype(jnp.int32)[:, None], n_pad))
     return z_target[:n, 0], entropy[:n, 0], lse[:n, 0]
 
 
@@ -185,24 +190,25 @@ def backward(h, w, targets, lse, entropy, g_lp, g_h, *, temperature, block_n, bl
         ] + [row] * 5
 
     args = (rows[0], w, *rows[1:])
-    dh = pl.pallas_call(
-        functools.partial(_dh_kernel, **static),
-        grid=(n_blocks, v_blocks),
-        in_specs=specs(0, 1),
-        out_specs=pl.BlockSpec((block_n, d), lambda i, j: (i, 0)),
-        out_shape=jax.ShapeDtypeStruct((n_pad, d), jnp.float32),
-        compiler_params=_compiler_params(("parallel", "arbitrary"), vmem_limit_bytes),
-        interpret=interpret,
-    )(*args)
-    dw = pl.pallas_call(
-        functools.partial(_dw_kernel, **static),
-        grid=(v_blocks, n_blocks),
-        in_specs=specs(1, 0),
-        out_specs=pl.BlockSpec((d, block_v), lambda j, i: (0, j)),
-        out_shape=jax.ShapeDtypeStruct((d, v), jnp.float32),
-        compiler_params=_compiler_params(("parallel", "arbitrary"), vmem_limit_bytes),
-        interpret=interpret,
-    )(*args)
+    with jax.named_scope(SCOPE):
+        dh = pl.pallas_call(
+            functools.partial(_dh_kernel, **static),
+            grid=(n_blocks, v_blocks),
+            in_specs=specs(0, 1),
+            out_specs=pl.BlockSpec((block_n, d), lambda i, j: (i, 0)),
+            out_shape=jax.ShapeDtypeStruct((n_pad, d), jnp.float32),
+            compiler_params=_compiler_params(("parallel", "arbitrary"), vmem_limit_bytes),
+            interpret=interpret,
+        )(*args)
+        dw = pl.pallas_call(
+            functools.partial(_dw_kernel, **static),
+            grid=(v_blocks, n_blocks),
+            in_specs=specs(1, 0),
+            out_specs=pl.BlockSpec((d, block_v), lambda j, i: (0, j)),
+            out_shape=jax.ShapeDtypeStruct((d, v), jnp.float32),
+            compiler_params=_compiler_params(("parallel", "arbitrary"), vmem_limit_bytes),
+            interpret=interpret,
+        )(*args)
     return dh[:n], dw
 
 

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_kernels_jax import TOL, assert_parity, make_case, torch_expected
 
-from spatial_jax.kernels import pallas
+from spatial_jax.kernels import pallas, resolve_impl
 from spatial_jax.models.sharding import make_mesh
 
 
@@ -93,6 +93,16 @@ def _tpu_topology(name):
         return topologies.get_topology_desc(platform="tpu", topology_name=name).devices
     except Exception as err:  # a libtpu that cannot describe this slice
         pytest.skip(f"libtpu cannot describe topology {name}: {err}")
+
+
+def test_auto_resolves_from_the_mesh_devices():
+    # a TPU slice described from this CPU host: "auto" is the Pallas head under its mesh, XLA under a host mesh
+    devices = _tpu_topology("v5e:2x2")
+    with jax.set_mesh(jax.sharding.Mesh(np.asarray(devices).reshape(2, 2), ("data", "tensor"))):
+        assert resolve_impl("auto") == "pallas"
+    with jax.set_mesh(make_mesh(data=2, tensor=2)):
+        assert resolve_impl("auto") == "xla"
+    assert resolve_impl("auto") == "xla" and resolve_impl("auto", platform="tpu") == "pallas"
 
 
 N, D, V = 8192, 4096, 151_936

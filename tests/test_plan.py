@@ -58,6 +58,7 @@ def test_cpu_plan_writes_every_program(cpu_report):
     # full fine-tuning with a KL term keeps a reference copy and Adam's state in memory while sampling
     assert by_name["rollout_decode"]["resident"] > by_name["rl_update"]["resident"] > 0
     assert all(name in printed for name in PROGRAMS)  # the table is printed whether or not it fits
+    assert all(p["mosaic_kernels"] == 0 for p in report["programs"])  # host devices: the XLA head and attention
 
 
 def test_over_hbm_fails_naming_each_program_and_its_excess(cpu_report):
@@ -112,3 +113,8 @@ def test_tpu_plan_compiles_every_program(tmp_path, capsys):
     assert code == 0, printed.err
     assert report["platform"] == "tpu" and report["chip"] == "v5e" and report["hbm_bytes_per_chip"] == 16 * 2**30
     _check_figures(report, programs=PROGRAMS - {"sft_update", "reference_forward"})
+    by_name = {p["name"]: p for p in report["programs"]}
+    # the LM head resolves from the mesh's devices, not this CPU host's backend: the update holds the Pallas
+    # forward, dh and dw kernels (XLA's head would hold none), and splash attention's besides
+    assert by_name["rl_update"]["lm_head_kernels"] == 3
+    assert by_name["rl_update"]["mosaic_kernels"] > 3

@@ -32,6 +32,7 @@ from jax.sharding import PartitionSpec as P
 from spatial_jax.config import ConfigError
 from spatial_jax.data.image_processing import smart_resize
 from spatial_jax.data.tokenizer import build_tokenizer
+from spatial_jax.kernels import pallas as pallas_kernels
 from spatial_jax.models import ModelConfig, Qwen3VL, get_rope_index, load_config, prepare_vision_inputs
 from spatial_jax.models.sharding import logical_to_spec, make_mesh, variable_names
 from spatial_jax.rl import step as st
@@ -224,6 +225,8 @@ class Program:
     compile_s: float
     flops: float | None
     resident: int = 0  # trainer state in memory meanwhile that is no argument (Adam state while sampling, ...)
+    mosaic_kernels: int = 0  # Pallas/Mosaic kernel calls in the compiled program (splash attention, the LM head)
+    lm_head_kernels: int = 0  # of those, the Pallas LM head's (forward; + dh and dw in an update)
 
     def row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -237,6 +240,13 @@ def compiler_oom_bytes(message: str) -> int | None:
     temporaries (318.00G) exceeds available HBM (95.74G)"), in bytes; None for any other error."""
     found = re.search(r"required for HLO temporaries \(([0-9.]+)([KMGT])\) exceeds available HBM", message)
     return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
+
+
+def mosaic_kernels(hlo: str) -> tuple[int, int]:
+    """(Mosaic kernel calls, of which the Pallas LM head's) in a compiled program's HLO text: each call site once
+    (a kernel inside a scanned layer is one call)."""
+    calls = [line for line in hlo.splitlines() if 'custom_call_target="tpu_custom_call"' in line]
+    return len(calls), sum(f"/{pallas_kernels.SCOPE}/" in line for line in calls)
 
 
 def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Program:
@@ -265,7 +275,7 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
     derived = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
     program = Program(name, what, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
                       int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), max(peak, int(derived)) + resident,
-                      seconds, flops, resident)
+                      seconds, flops, resident, *mosaic_kernels(compiled.as_text()))
     print(f"plan: {name} compiled in {seconds:.0f} s, peak {fmt_bytes(program.peak)} per chip", file=sys.stderr,
           flush=True)
     return program
@@ -437,15 +447,17 @@ class Report:
         head = (f"{self.config} on {t.name} ({t.count} x {t.chip}, {hbm} per chip), mesh data={self.mesh[0]} "
                 f"fsdp={self.mesh[1]} tensor={self.mesh[2]}: {kind}, per chip")
         lines = [head, f"{'program':<18} {'argument':>10} {'temp':>10} {'output':>10} {'resident':>10} {'peak':>10} "
-                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8}  shape"]
+                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8} {'Mosaic':>6}  shape"]
         for p in self.programs:
             share = "-" if t.hbm_bytes is None else f"{100 * p.peak / t.hbm_bytes:.0f}%"
             flops = "-" if p.flops is None else f"{p.flops / 1e12:.3g}"
             sizes = " ".join(f"{fmt_bytes(n):>10}" for n in (p.argument, p.temp, p.output, p.resident, p.peak))
             seconds = "-" if self.estimate else f"{p.compile_s:.1f}"
-            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8}  {p.what}")
+            kernels = "-" if self.estimate else f"{p.mosaic_kernels}/{p.lm_head_kernels}"
+            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8} {kernels:>6}  {p.what}")
         lines.append("peak = argument + output - aliased + temp (the compiler's buffer assignment) + resident (trainer "
-                     "state held meanwhile: Adam state and KL reference copy while sampling)")
+                     "state held meanwhile: Adam state and KL reference copy while sampling); Mosaic = Pallas kernel "
+                     "calls / of which the LM head's")
         return "\n".join(lines)
 
 
