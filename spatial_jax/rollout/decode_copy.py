@@ -130,6 +130,7 @@ class DecodeCopy:
 
     def refresh(self, model: nnx.Module) -> None:
         """Makes the copy from `model`'s weights as they are now (every process together, when they span hosts)."""
+        self.model = None  # the old copy's buffers go before the new one's are made (unless a caller holds them)
         leaves = jax.tree.leaves(nnx.state(model))
         keys = [_is_key(x) for x in leaves]
         impls = [jax.random.key_impl(x) if k else None for x, k in zip(leaves, keys)]
