@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from typing import Literal
 
 import jax
@@ -66,6 +67,11 @@ def _is_key(x) -> bool:
 
 def _cast(x, dtype):
     return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+
+def _cast_all(leaves: list, dtype) -> list:
+    """New arrays (never the policy's own buffers, which an update may donate), floats cast to `dtype`."""
+    return [_cast(x, dtype) for x in leaves]
 
 
 def _bounds(index: tuple, shape: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -123,7 +129,10 @@ class DecodeCopy:
         self._treedef = jax.tree.structure(state)
         self._targets = jax.tree.leaves(state_shardings(state, self.mesh))
         keep = self.mesh.shape["tensor"] % train_mesh.shape["tensor"] == 0 and _local_tensor_groups(train_mesh)
-        self._staged = [NamedSharding(train_mesh, _staged_spec(t.spec, train_mesh, keep)) for t in self._targets]
+        staged = [NamedSharding(train_mesh, _staged_spec(t.spec, train_mesh, keep)) for t in self._targets]
+        # compiled once, reused by every refresh
+        self._cast = jax.jit(functools.partial(_cast_all, dtype=self.dtype))
+        self._cast_staged = jax.jit(functools.partial(_cast_all, dtype=self.dtype), out_shardings=staged)
         self.model: nnx.Module | None = None
         self.refreshes = 0
         self.refresh(model)
@@ -136,11 +145,9 @@ class DecodeCopy:
         impls = [jax.random.key_impl(x) if k else None for x, k in zip(leaves, keys)]
         raw = [jax.random.key_data(x) if k else x for x, k in zip(leaves, keys)]
         if all(x.is_fully_addressable for x in raw):
-            cast = jax.jit(lambda xs: [_cast(x, self.dtype) for x in xs])(raw)
-            placed = jax.device_put(cast, self._targets)
+            placed = jax.device_put(self._cast(raw), self._targets)
         else:
-            staged = jax.jit(lambda xs: [_cast(x, self.dtype) for x in xs], out_shardings=self._staged)(raw)
-            placed = [_from_own_shards(x, t) for x, t in zip(staged, self._targets)]
+            placed = [_from_own_shards(x, t) for x, t in zip(self._cast_staged(raw), self._targets)]
         placed = [jax.random.wrap_key_data(x, impl=i) if k else x for x, k, i in zip(placed, keys, impls)]
         self.model = nnx.merge(self.graphdef, jax.tree.unflatten(self._treedef, placed))
         self.refreshes += 1
