@@ -79,9 +79,10 @@ def _params(run_dir: Path, stage: str = "rl"):
     return jax.tree.map(np.asarray, state["params"])
 
 
-def _two_processes(command: list[str], run_dir: Path, alongside: Callable[[], None] = lambda: None) -> list[str]:
-    """`command run_dir=...` on a cluster of two processes of 2 devices each (`alongside()` runs meanwhile); both
-    must succeed. Returns their outputs."""
+def _two_processes(command: list[str], run_dir: Path, alongside: Callable[[], None] = lambda: None,
+                   devices: int = 2) -> list[str]:
+    """`command run_dir=...` on a cluster of two processes of `devices` devices each (`alongside()` runs meanwhile);
+    both must succeed. Returns their outputs."""
     port = _free_port()
     logs = [run_dir.parent / f"{run_dir.name}.process{i}.log" for i in range(2)]
     cluster = []
@@ -90,7 +91,7 @@ def _two_processes(command: list[str], run_dir: Path, alongside: Callable[[], No
             with open(log, "wb") as out:
                 cluster.append(subprocess.Popen(
                     [*command, f"run_dir={run_dir}"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                    env=_env(2, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+                    env=_env(devices, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
                              JAX_PROCESS_ID=str(i)),
                 ))
         alongside()
@@ -171,9 +172,9 @@ def test_two_processes_roll_out_with_tools(dense, tmp_path):
     and scores its own prompt, and the update trains on both processes' rollouts."""
     job = ["sft.steps=0", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.sampling.max_new_tokens=8",
            "rl.max_tool_turns=1", "rl.max_tool_tokens=64", "rl.optim.warmup_ratio=0.0", "eval.after_rl=false",
-           "export_hf=false", "data.train=synthetic:train:4", "data.bucket_lengths=[512]", "mesh.data=4",
+           "export_hf=false", "data.train=synthetic:train:4", "data.bucket_lengths=[512]", "mesh.data=2",
            "tensorboard=false", "progress=false", "method=dense_allospatial"]
-    _two_processes([sys.executable, "-c", dense_methods.RUNNER, "train", *job], tmp_path / "tools")
+    _two_processes([sys.executable, "-c", dense_methods.RUNNER, "train", *job], tmp_path / "tools", devices=1)
     (row,) = [json.loads(line) for line in (tmp_path / "tools" / "rl" / "metrics.jsonl").open()]
     assert row["host/prompts_read_max"] == row["host/rows_decoded_max"] / 2 == 1
     assert row["host/rows_decoded_min"] == row["host/rollouts_scored_min"] == 2
