@@ -1,6 +1,8 @@
-"""Sampler benchmark: spatial_jax's jitted KV-cache sampler vs transformers' generate, same tiny weights, one process.
+"""Sampler benchmark: spatial_jax's jitted KV-cache sampler vs transformers' generate, same tiny weights, one process;
+and continuous batching (rollout/engine.py) vs the static batch on a skewed-length workload.
 
     python benchmarks/sampler.py [--batch 8] [--new 128] [--repeats 3] [--vocab 1024]
+    python benchmarks/sampler.py --skewed-only [--requests 40] [--slots 10] [--short 32]
 
 A tiny Qwen3-VL (spatial_jax ModelConfig.tiny, untied head) is built in transformers, saved, and loaded by
 spatial_jax's from_pretrained, so both sides run identical float32 weights on CPU. The batch holds `--batch`
@@ -9,6 +11,15 @@ token), greedy and sampled (temperature 1, top-p 0.9). For each side, time = bes
 prefill + decode; decode time = that minus a 1-token run (prefill + first token). The JAX side's first call
 (compilation included) is reported apart. transformers runs with 1 torch thread and with torch's default, and its
 faster setting is the one compared (on a tiny model, extra intra-op threads mostly add contention).
+
+Skewed case: `--requests` prompts with images (as above), one in ten drawing 8 x `--short` tokens and the rest
+`--short` (sampled at temperature 1; a request's budget stands in for where it would stop), at equal slots: the
+static sampler decodes them `--slots` rows at a time, each batch until its longest row is done (8 x short steps);
+the engine keeps `--slots` requests in flight, a finished one's slot taking the next. Its page pool holds
+`--slots` x (longest prompt + 2 x short) tokens (16-token pages); requests that outgrow it wait (or restart, the
+same tokens) as the engine decides. tokens/s = the requested tokens (the same for both) / best warm wall time; KV
+memory = bytes of keys/values allocated (static: one batch's cache; engine: its pool), with the engine's peak pages
+in use beside it. Both produce the same tokens for each request up to its budget (checked).
 Writes benchmarks/out/sampler.json and prints a table.
 """
 
@@ -72,6 +83,71 @@ def build(vocab: int, batch: int, seed: int):
     return cfg, hf, model, ids, mask, pv, grid
 
 
+def skewed(args) -> dict:
+    """Continuous batching vs the static batch on one long request in ten (see the module docstring)."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from spatial_jax.rollout import SamplingConfig, generate
+    from spatial_jax.rollout.engine import Engine, image_counts_of, split_rows
+
+    cfg, _, model, ids, mask, pv, grid = build(args.vocab, args.requests, args.seed)
+    R, S, short, long_ = args.requests, args.slots, args.short, 8 * args.short
+    budgets = np.where(np.arange(R) % 10 == 0, long_, short)
+    scfg = SamplingConfig(temperature=1.0, max_new_tokens=long_, seed=1)
+    wanted = int(budgets.sum())
+    counts = image_counts_of(cfg, ids, mask, grid)
+    items = np.concatenate([[0], np.cumsum(counts)])
+    patches = np.concatenate([[0], np.cumsum(grid.prod(-1))])
+
+    def static():
+        outs = []
+        for a in range(0, R, S):
+            b = min(R, a + S)
+            out, _ = generate(model, ids[a:b], mask[a:b], pixel_values=pv[patches[items[a]]:patches[items[b]]],
+                              image_grid_thw=grid[items[a]:items[b]], cfg=scfg, row_ids=np.arange(a, b))
+            outs.append(np.asarray(jax.block_until_ready(out.tokens)))
+        return np.concatenate(outs)
+
+    page_size = 16
+    prompt = int(mask.sum(1).max())
+    pages = S * -(-(prompt + 2 * short) // page_size) + 1
+    engine = Engine(model, scfg, slots=S, max_len=ids.shape[1] + long_, page_size=page_size, pages=pages, chunk=16)
+    requests = [dataclasses.replace(r, max_new_tokens=int(budgets[i]))
+                for i, r in enumerate(split_rows(ids, mask, pv, grid, counts))]
+
+    def paged():
+        return engine.run(requests)
+
+    ref, got = static(), paged()  # compiles
+    same = all(np.array_equal(got[i][0].tokens, ref[i, : budgets[i]]) for i in range(R))
+    t_static = _best(static, args.repeats)
+    t_engine = _best(paged, args.repeats)
+    t = cfg.text
+    per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * 4  # float32 keys + values
+    static_kv = S * (ids.shape[1] + long_) * per_token
+    row = {
+        "requests": R, "slots": S, "short_tokens": short, "long_tokens": long_, "long_every": 10,
+        "prompt_len_padded": int(ids.shape[1]), "prompt_len_max": prompt, "requested_tokens": wanted,
+        "page_size": page_size, "pool_pages": pages, "engine_peak_pages": engine.peak_pages,
+        "engine_stats": engine.stats, "same_tokens": bool(same),
+        "static_s": t_static, "engine_s": t_engine,
+        "static_tok_s": wanted / t_static, "engine_tok_s": wanted / t_engine, "speedup": t_static / t_engine,
+        "static_kv_bytes": static_kv, "engine_kv_bytes": engine.kv_bytes,
+        "engine_peak_kv_bytes_in_use": engine.peak_pages * page_size * per_token,
+        "kv_ratio": engine.kv_bytes / static_kv,
+    }
+    print(f"skewed: {R} requests ({long_} tokens one in ten, else {short}), {S} slots, prompts <= {prompt} tokens")
+    print(f"{'':<8} {'tok/s':>8} {'wall':>8} {'KV bytes':>10}")
+    print(f"{'static':<8} {row['static_tok_s']:>8.0f} {t_static:>7.2f}s {static_kv:>10}")
+    print(f"{'engine':<8} {row['engine_tok_s']:>8.0f} {t_engine:>7.2f}s {engine.kv_bytes:>10}  "
+          f"(peak in use {row['engine_peak_kv_bytes_in_use']}, {engine.stats})")
+    print(f"engine / static: {row['speedup']:.2f}x tokens/s, {row['kv_ratio']:.2f}x KV memory; same tokens: {same}")
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
@@ -79,8 +155,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--slots", type=int, default=10)
+    parser.add_argument("--short", type=int, default=32)
+    parser.add_argument("--skewed-only", action="store_true", help="only the skewed-length case")
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if args.skewed_only:
+        report = {"skewed": skewed(args)}
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(report, indent=2))
+        print(f"wrote {OUT}")
+        return
 
     import jax
     import numpy as np
@@ -156,7 +242,7 @@ def main() -> None:
         "batch": B, "new_tokens": N, "prompt_len": int(ids.shape[1]), "vocab": args.vocab,
         "image_tokens_per_row": [int(x) for x in (grid.prod(-1) // 4)], "repeats": args.repeats,
         "jax": jax.__version__, "torch": torch.__version__, "torch_default_threads": default_threads,
-        "cpu_count": os.cpu_count(), "platform": platform.platform(), "results": results,
+        "cpu_count": os.cpu_count(), "platform": platform.platform(), "results": results, "skewed": skewed(args),
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(report, indent=2))

@@ -37,6 +37,9 @@ Model
         cache=cache, cache_index=0). Decode step s = 0, 1, ... feeds the s-th sampled token:
         model(tok [B,1], positions=decode_positions(prompt_mask.sum(1) + s, rope_deltas), attention_mask=ones [B,1],
         cache=cache, cache_index=T0 + s). Shapes are static, so one jit compile serves every step.
+    Paged (spatial_jax.models.paged, continuous batching): cache=PagedKVCache(keys/values: per-layer page pools
+        [pages, page_size, n_kv, hd], page_table [B, W], lengths [B]) and no cache_index; the T tokens come
+        right-padded (real ones first) and go to logical positions lengths .. lengths+n-1 of their row's pages.
     model.lm_head_weight() -> W [D,V] (the embedding transposed when tied), for the fused log-prob kernel on
         `model(..., return_hidden=True)`.
 

@@ -76,7 +76,7 @@ def sample(
     cfg = dataclasses.replace(cfg, seed=seed)
     if cfg.engine == "paged":
         out = engine.generate(model, ids, mask, cfg=cfg, pixel_values=pixels, image_grid_thw=grid, image_counts=counts,
-                              row_ids=row_ids)
+                              row_ids=row_ids, row_group=np.arange(len(ids)) // group_size)
     else:
         out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, cfg=cfg,
                           row_group=np.arange(len(ids)) // group_size, row_image_counts=counts,

@@ -32,7 +32,7 @@ class SamplingConfig:
     max_new_tokens: int = 256
     seed: int = 0
     pad_token_id: int = 0
-    engine: Literal["paged", "static"] = "static"
+    engine: Literal["paged", "static"] = "paged"
     slots: int = 0
     page_size: int = 16
     pages: int = 0

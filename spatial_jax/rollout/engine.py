@@ -33,6 +33,7 @@ from flax import nnx
 
 from spatial_jax.models import decode_positions, get_rope_index, prepare_vision_inputs
 from spatial_jax.models.paged import SCRATCH_PAGE, PagedKVCache
+from spatial_jax.models.vision import shared_items
 from spatial_jax.rollout import logits as lg
 from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.sampler import SampleOutput
@@ -41,12 +42,16 @@ from spatial_jax.rollout.sampler import SampleOutput
 @dataclasses.dataclass(frozen=True)
 class Request:
     """One sequence to continue: its prompt's real token ids (no padding), its visual items (patches and grid, in
-    the order their image tokens come) and its global row id (which keys its draws)."""
+    the order their image tokens come), its global row id (which keys its draws), optionally a smaller draw budget
+    per round than the sampling config's max_new_tokens, and optionally a group: requests of one group show the
+    same images (the G rollouts of a prompt), which are encoded once when they are prefilled together."""
 
     tokens: np.ndarray
     row_id: int
     pixel_values: np.ndarray | None = None
     image_grid_thw: np.ndarray | None = None
+    max_new_tokens: int | None = None
+    group: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,7 +302,8 @@ class Engine:
         lengths = np.zeros((n,), np.int32)
         offsets = np.zeros((n,), np.int32)
         where = np.full((n,), self.slots, np.int32)  # padding rows' logits land out of bounds (dropped)
-        pixels, grids = [], []
+        pixels, grids, counts, groups = [], [], np.zeros((n,), np.int64), {}
+        row_group = [groups.setdefault(("row", b), len(groups)) for b in range(n)]
         for b, s in enumerate(batch):
             r = s.pending
             ids[b, : len(r.tokens)] = r.tokens
@@ -307,13 +313,18 @@ class Engine:
             if r.pixel_values is not None:
                 pixels.append(np.asarray(r.pixel_values))
                 grids.append(np.asarray(r.image_grid_thw, np.int32).reshape(-1, 3))
+                counts[b] = len(grids[-1])
+                if r.group is not None:
+                    row_group[b] = groups.setdefault(("group", r.group), len(groups))
         grid = np.concatenate(grids) if grids else None
         rel, deltas = get_rope_index(ids, grid, mask, image_token_id=cfg.image_token_id,
                                      spatial_merge_size=cfg.vision.spatial_merge_size,
                                      video_token_id=cfg.video_token_id)
         vision = None
-        if grids:
-            vision = prepare_vision_inputs(np.concatenate(pixels), grid, cfg.vision, buckets=cfg.vision_buckets)
+        if grids:  # frame slots padded to a power of two: admissions with other images reuse the compile
+            frames = int(grid[shared_items(grid, row_group, counts)[0], 0].sum())
+            vision = prepare_vision_inputs(np.concatenate(pixels), grid, cfg.vision, buckets=cfg.vision_buckets,
+                                           num_frames=_pow2(frames), row_group=row_group, row_image_counts=counts)
         positions = np.where(mask[None] > 0, rel + offsets[None, :, None], 0).astype(np.int32)
         keys, values, logits = _prefill_jit(graphdef, params, keys, values, logits, jnp.asarray(table),
                                             jnp.asarray(lengths), jnp.asarray(ids), jnp.asarray(mask),
@@ -321,14 +332,17 @@ class Engine:
         for b, s in enumerate(batch):
             s.length += len(s.pending.tokens)
             s.rope_delta += int(deltas[b])
-            s.pending, s.live, s.budget = None, True, self.cfg.max_new_tokens
+            cap = s.pending.max_new_tokens
+            s.pending, s.live = None, True
+            s.budget = self.cfg.max_new_tokens if cap is None else max(1, min(cap, self.cfg.max_new_tokens))
         return keys, values, logits
 
 
-def split_rows(input_ids, attention_mask, pixel_values=None, image_grid_thw=None, image_counts=None, row_ids=None
-               ) -> list[Request]:
+def split_rows(input_ids, attention_mask, pixel_values=None, image_grid_thw=None, image_counts=None, row_ids=None,
+               row_group=None) -> list[Request]:
     """A padded batch (any padding pattern) as one Request per row: its real tokens, its `image_counts[r]` visual
-    items (the items come row by row; see `image_counts`) and its global id (default its index)."""
+    items (the items come row by row; see `image_counts_of`), its global id (default its index) and its group
+    (`row_group[r]`: rows of one group show the same images; default none)."""
     ids, mask = np.asarray(input_ids), np.asarray(attention_mask)
     R = ids.shape[0]
     row_ids = np.arange(R) if row_ids is None else np.asarray(row_ids)
@@ -345,8 +359,9 @@ def split_rows(input_ids, attention_mask, pixel_values=None, image_grid_thw=None
     out = []
     for r in range(R):
         a, b = items[r], items[r + 1]
-        out.append(Request(ids[r][mask[r] > 0], int(row_ids[r]),
-                           *((np.asarray(pixel_values)[patches[a] : patches[b]], grid[a:b]) if b > a else ())))
+        images = (np.asarray(pixel_values)[patches[a] : patches[b]], grid[a:b]) if b > a else (None, None)
+        out.append(Request(ids[r][mask[r] > 0], int(row_ids[r]), *images,
+                           group=None if row_group is None else int(row_group[r])))
     return out
 
 
@@ -365,12 +380,13 @@ def image_counts_of(cfg, input_ids, attention_mask, image_grid_thw) -> np.ndarra
 
 
 def generate(model, input_ids, attention_mask, *, cfg: SamplingConfig, pixel_values=None, image_grid_thw=None,
-             image_counts=None, row_ids=None, max_len: int | None = None) -> SampleOutput:
+             image_counts=None, row_ids=None, row_group=None, max_len: int | None = None) -> SampleOutput:
     """The static sampler's `generate` through the engine (cfg.slots, cfg.pages, cfg.page_size, cfg.chunk): the same
-    SampleOutput ([R, cfg.max_new_tokens] tokens, log-probs, entropies, mask; numpy), rows in the given order."""
+    SampleOutput ([R, cfg.max_new_tokens] tokens, log-probs, entropies, mask; numpy), rows in the given order.
+    `row_group`: rows with one id show the same images (see `Request.group`)."""
     if image_grid_thw is not None and image_counts is None:
         image_counts = image_counts_of(model.cfg, input_ids, attention_mask, image_grid_thw)
-    requests = split_rows(input_ids, attention_mask, pixel_values, image_grid_thw, image_counts, row_ids)
+    requests = split_rows(input_ids, attention_mask, pixel_values, image_grid_thw, image_counts, row_ids, row_group)
     longest = max((len(r.tokens) for r in requests), default=0)
     engine = Engine(model, cfg, slots=cfg.slots or max(1, len(requests)),
                     max_len=max_len or longest + cfg.max_new_tokens, page_size=cfg.page_size, pages=cfg.pages,

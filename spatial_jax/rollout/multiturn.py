@@ -145,7 +145,7 @@ def sample_multiturn(
 
     if cfg.engine == "paged" and decode_fn is decode:
         _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
-                   tokenizer.tool_call_end_id)
+                   tokenizer.tool_call_end_id, group_size)
     else:
         _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
                     tokenizer.tool_call_end_id, group_size, max_tool_tokens, decode_fn)
@@ -190,10 +190,10 @@ def _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_
 
 
 def _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
-               call_end_id) -> None:
+               call_end_id, group_size) -> None:
     """Each row on its own through the engine: a row that stops at a tool call gets its tool turn at once and
     decodes on while the others do; the same tokens as the static path (draws are keyed per row)."""
-    requests = split_rows(ids, mask, pixels, grid, counts, row_ids)
+    requests = split_rows(ids, mask, pixels, grid, counts, row_ids, np.arange(len(ids)) // group_size)
 
     def on_round(r: int, rnd: Round) -> Request | None:
         row = rows[r]
