@@ -311,8 +311,10 @@ class Trainer(Workspace):
             "tools": [cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens],
         }))
         cached = report.read_json(path)  # None when missing or cut
-        if isinstance(cached, dict) and cached.get("key") == key and "summary" in cached:
-            return cached["summary"]
+        reuse = isinstance(cached, dict) and cached.get("key") == key and "summary" in cached
+        # every process evaluates its share, or none does: the first one's files decide (the others may not see them)
+        if primary_says(self.primary and reuse):
+            return cached["summary"] if reuse else {}
         bar = ProgressBar(cfg.eval.max_samples or None, keys=(), desc=f"eval after {stage}",
                           disable=not (cfg.progress and self.primary))
         summary, rows = evaluate(self.decoder(), self.tok, self.eval_share(), self.method, self.reward_cfg,
