@@ -4,6 +4,7 @@ logits, byte-identical when regenerated; the shipped base (checkpoints/tiny_base
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -61,9 +62,19 @@ def test_pretrain_writes_a_checkpoint_transformers_reads_and_regenerates_it_bit_
     manifest = pretrain(cfg, tmp_path / "base")
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(manifest["files"])
     assert json.loads((tmp_path / "base" / MANIFEST).read_text())["files"] == file_hashes(tmp_path / "base")
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", manifest["code_revision"])
     assert _logits_agree(tmp_path / "base", cfg) < TOL
     again = pretrain(_cfg(tmp_path / "run2"), tmp_path / "base2")
     assert again["files"] == manifest["files"]  # same seed, same bytes
+
+
+def test_tiny_layers_sets_the_random_policy_depth():
+    from spatial_jax.rl.config import PolicyConfig
+
+    cfg = C.load(TrainConfig, ROOT / "configs" / "pretrain_tiny.toml", ["policy.tiny_layers=3"])
+    assert build_policy(cfg.policy, build_mesh(cfg.mesh)).model.cfg.text.num_hidden_layers == 3
+    with pytest.raises(ValueError, match="tiny_layers"):
+        PolicyConfig(tiny_layers=0)
 
 
 @pytest.mark.parametrize("override, match", [

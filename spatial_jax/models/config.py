@@ -197,6 +197,7 @@ class ModelConfig:
         vision_end_token_id: int | None = None,
         tie_word_embeddings: bool = True,
         lora: LoRAConfig = LoRAConfig(),
+        num_hidden_layers: int = 2,
         dtype: DType = "float32",
         param_dtype: DType = "float32",
     ) -> ModelConfig:
@@ -213,7 +214,7 @@ class ModelConfig:
             vision_end_token_id=vocab_size - 1 if vision_end_token_id is None else vision_end_token_id,
         )
         text = TextConfig(
-            vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=num_hidden_layers,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0,
             mrope_section=(4, 2, 2), max_position_embeddings=32768,
         )

@@ -43,6 +43,7 @@ class PolicyConfig:
       otherwise; "xla", "splash", "cudnn" force one; models/attention.py); results equal up to float rounding.
     min_pixels / max_pixels: the image processor's pixel budget (0 = Qwen3-VL's defaults; the tiny default keeps the
       synthetic 96 px scenes at 84 px, 9 image tokens).
+    tiny_layers: decoder layers of the tiny random policy (no checkpoint); a deeper one can compose more look-ups.
     """
 
     checkpoint: str = ""
@@ -59,10 +60,11 @@ class PolicyConfig:
     min_pixels: int = 3136
     max_pixels: int = 12544
     tokenizer_vocab_size: int = 768
+    tiny_layers: int = 2
 
     def __post_init__(self):
         check_range(self, "init_seed", 0, MAX_SEED)
-        check_at_least(self, attention_chunk=1, min_pixels=0, max_pixels=0, tokenizer_vocab_size=1)
+        check_at_least(self, attention_chunk=1, min_pixels=0, max_pixels=0, tokenizer_vocab_size=1, tiny_layers=1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,8 @@ and transformers both load.
 Pre-training is the train job's supervised stage (completion-only cross-entropy on the world's reference
 completions) with the vision tower trained too, run to its end in its own run directory (so an interrupted
 pre-training resumes), then exported. Everything is a function of the config and its seeds, so the same command on
-the same machine writes the same bytes; `manifest.json` records the config and each file's SHA-256.
+the same machine writes the same bytes; `manifest.json` records the config, the code revision that wrote it and each
+file's SHA-256.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,19 @@ def file_hashes(out: Path) -> dict[str, str]:
     return {str(p.relative_to(out)): sha256(p) for p in sorted(out.rglob("*")) if p.is_file() and p.name != MANIFEST}
 
 
+def code_revision() -> str:
+    """The git commit of the code that runs (suffixed "-dirty" when tracked files differ from it), or "unknown"
+    outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
 def export(cfg: TrainConfig, out: str | Path) -> dict[str, Any]:
     """Writes the run's final weights as a Hugging Face checkpoint with its tokenizer and manifest; returns the
     manifest."""
@@ -61,7 +76,7 @@ def export(cfg: TrainConfig, out: str | Path) -> dict[str, Any]:
     out = Path(out)
     save_pretrained(job.model, out)
     job.tok.save(out)
-    manifest = {"config": to_dict(cfg), "files": file_hashes(out)}
+    manifest = {"config": to_dict(cfg), "code_revision": code_revision(), "files": file_hashes(out)}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return manifest
 
