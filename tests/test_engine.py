@@ -9,10 +9,14 @@ pages vs one buffer): log-probs and entropies agree to 1e-6; against one full fo
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from test_sampler import GREEDY, N_NEW, _check_against_full_forward, _max_len, batch, tiny  # noqa: F401 (fixtures)
 
+from spatial_jax.models import ModelConfig, Qwen3VL
+from spatial_jax.models.paged import PagedKVCache
 from spatial_jax.rollout import SamplingConfig, generate
 from spatial_jax.rollout import engine as eng
 from spatial_jax.rollout.engine import Engine
@@ -108,3 +112,20 @@ def test_engine_config_is_typed():
         SamplingConfig(pages=1)
     with pytest.raises(ValueError, match="page_size"):
         SamplingConfig(page_size=0)
+
+
+def test_decode_chunk_updates_the_page_pools_in_place():
+    """The compiled decode chunk writes each step's keys/values into the pools without copying them (a copy per step
+    would cost the whole pool's bytes every token)."""
+    model = Qwen3VL(ModelConfig.tiny(vocab_size=64), rngs=nnx.Rngs(1))
+    keys, values = PagedKVCache.zeros(model.cfg, 37, 16)
+    S, t = 4, model.cfg.text
+    ints = lambda x: jnp.full((S,), x, jnp.int32)
+    args = (*nnx.split(model), keys, values, jnp.zeros((S, 64)), jnp.zeros((S, 4), jnp.int32), ints(0), ints(0),
+            jnp.ones((S,), bool), jnp.arange(S), ints(0), ints(8), jax.random.PRNGKey(0), jnp.asarray([-1]),
+            jnp.asarray([60, 61]), GREEDY, 4)
+    hlo = eng._chunk_jit.lower(*args).compile().as_text()
+    pool = (f"f32[37,16,{t.num_key_value_heads},{t.head_dim}]", f"f32[592,{t.num_key_value_heads},{t.head_dim}]")
+    pooled = [line for line in hlo.splitlines() if any(p + "{" in line for p in pool)]
+    assert pooled and "while" in hlo  # the pools' buffers are named as this test looks for them
+    assert [line for line in pooled if " copy(" in line] == []
