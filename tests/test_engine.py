@@ -15,7 +15,8 @@ import pytest
 from flax import nnx
 from test_sampler import GREEDY, N_NEW, _check_against_full_forward, _max_len, batch, tiny  # noqa: F401 (fixtures)
 
-from spatial_jax.models import ModelConfig, Qwen3VL
+from spatial_jax.models import ModelConfig, Qwen3VL, paged
+from spatial_jax.models.attention import AttentionMask, attention
 from spatial_jax.models.paged import PagedKVCache
 from spatial_jax.rollout import SamplingConfig, generate
 from spatial_jax.rollout import engine as eng
@@ -125,7 +126,73 @@ def test_decode_chunk_updates_the_page_pools_in_place():
             jnp.ones((S,), bool), jnp.arange(S), ints(0), ints(8), jax.random.PRNGKey(0), jnp.asarray([-1]),
             jnp.asarray([60, 61]), GREEDY, 4)
     hlo = eng._chunk_jit.lower(*args).compile().as_text()
-    pool = (f"f32[37,16,{t.num_key_value_heads},{t.head_dim}]", f"f32[592,{t.num_key_value_heads},{t.head_dim}]")
+    pool = (f"f32[{t.num_key_value_heads},37,16,{t.head_dim}]", f"f32[{t.num_key_value_heads},592,{t.head_dim}]")
     pooled = [line for line in hlo.splitlines() if any(p + "{" in line for p in pool)]
     assert pooled and "while" in hlo  # the pools' buffers are named as this test looks for them
     assert [line for line in pooled if " copy(" in line] == []
+
+
+def _kernel_case(kv=2, heads=4, hd=16, pages=9, ps=4, lengths=(5, 11, 9), dtype=jnp.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    table = np.asarray([[1, 2, 0, 0], [3, 4, 5, 0], [6, 7, 8, 0]], np.int32)
+    pools = [jnp.asarray(rng.normal(size=(kv, pages, ps, hd)), dtype) for _ in range(2)]
+    q = jnp.asarray(rng.normal(size=(len(table), 1, heads, hd)), dtype)
+    read = (table[:, :, None] * ps + np.arange(ps)).reshape(len(table), -1)
+    index = paged.PagedIndex(write=None, read=jnp.asarray(read), page_table=jnp.asarray(table),
+                             lengths=jnp.asarray(lengths, jnp.int32))
+    return q, pools, index, table
+
+
+def test_tpu_paged_attention_kernel_matches_a_numpy_reference_interpreted():
+    """jax's TPU paged-attention kernel (the decode step's attention on TPU), run in the Pallas TPU interpreter, and
+    the XLA gather path against numpy: each row's first `lengths` positions over its pages, GQA heads. Tolerance:
+    the XLA path 1e-6; the kernel 2e-2 (its matmuls take the TPU's default precision, bfloat16 passes)."""
+    q, (pk, pv), index, table = _kernel_case()
+    hd, heads, kv = q.shape[-1], q.shape[2], pk.shape[0]
+    ref = np.zeros((len(table), heads, hd))
+    for b, L in enumerate(np.asarray(index.lengths)):
+        k, v = (np.concatenate([np.asarray(p)[:, page] for page in table[b]], axis=1)[:, :L] for p in (pk, pv))
+        for h in range(heads):
+            s = k[h // (heads // kv)] @ np.asarray(q)[b, 0, h] * hd**-0.5
+            w = np.exp(s - s.max())
+            ref[b, h] = (w / w.sum()) @ v[h // (heads // kv)]
+    out = np.asarray(paged.decode_attention(q, pk, pv, index, hd**-0.5))[:, 0]
+    np.testing.assert_allclose(out, ref, atol=2e-2)
+    k, v = paged.read(pk, index), paged.read(pv, index)
+    visible = jnp.arange(k.shape[1])[None, None, :] < index.lengths[:, None, None]
+    xla = attention(q, k, v, AttentionMask(dense=visible), scale=hd**-0.5, impl="xla")
+    np.testing.assert_allclose(np.asarray(xla)[:, 0], ref, atol=1e-6)
+
+
+def test_tpu_paged_decode_compiles_for_a_tpu_chip():
+    """The decode step's paged attention (write into the pools, then the kernel) compiled by XLA:TPU for one v5p
+    chip (libtpu, no TPU needed) at a 4B-like shape in bfloat16: a Mosaic kernel, no gather of the rows' pages."""
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no XLA:TPU compiler")
+    import os
+
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        devices = topologies.get_topology_desc(platform="tpu", topology_name="v5p:2x2x1").devices
+    except Exception as err:
+        pytest.skip(f"libtpu cannot describe the topology: {err}")
+    mesh = Mesh(np.asarray(devices[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+    B, H, kv, hd, pages, ps, W = 16, 32, 8, 128, 256, 16, 32
+    arg = lambda shape, dt=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(mesh, P()))
+
+    def step(q, k_new, v_new, pk, pv, write, table, lengths):
+        index = paged.PagedIndex(write=write, read=None, page_table=table, lengths=lengths)
+        pk, pv = paged.write(pk, pv, k_new, v_new, index)
+        assert paged.uses_kernel("auto", q.dtype, 1)
+        return paged.decode_attention(q, pk, pv, index, hd**-0.5), pk, pv
+
+    with jax.set_mesh(mesh):
+        compiled = jax.jit(step, donate_argnums=(3, 4)).lower(
+            arg((B, 1, H, hd)), arg((B, 1, kv, hd)), arg((B, 1, kv, hd)), arg((kv, pages, ps, hd)),
+            arg((kv, pages, ps, hd)), arg((B, 1), jnp.int32), arg((B, W), jnp.int32), arg((B,), jnp.int32)).compile()
+    text = compiled.as_text()
+    assert 'custom_call_target="tpu_custom_call"' in text
+    assert f"[{B},{W * ps},{kv},{hd}]" not in text  # the XLA path's gathered pages are never built

@@ -1,6 +1,10 @@
 """A paged KV cache: keys/values live in a pool of fixed-size pages shared by all rows, and each row reads and writes
 its own pages through a page table, so a row holds only the pages its tokens need.
 
+Pools are laid out [n_kv, pages, page_size, head_dim], the layout of jax's TPU paged-attention Pallas kernel: a
+one-token decode step on TPU (attention "auto" or "splash") runs that kernel over the rows' pages; everything else
+(prefill, other backends) scatters into the pools and gathers the rows' pages for the XLA attention path.
+
 Row b's logical position p (0, 1, ... in the order its tokens arrived; no padding inside a row) is slot
 p % page_size of page page_table[b, p // page_size]. Page 0 is scratch: padding tokens are written there and
 table entries a row does not use point there, so it is never handed to a row. A forward over T new tokens per row
@@ -14,7 +18,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from spatial_jax.models.attention import AttentionMask
+from spatial_jax.models.attention import AttentionMask, resolve_impl
 from spatial_jax.models.config import ModelConfig
 
 SCRATCH_PAGE = 0
@@ -22,7 +26,7 @@ SCRATCH_PAGE = 0
 
 @flax.struct.dataclass
 class PagedKVCache:
-    """Per-layer pools keys/values [pages, page_size, n_kv, head_dim]; page_table [B, W] int32 (the W pages a row
+    """Per-layer pools keys/values [n_kv, pages, page_size, head_dim]; page_table [B, W] int32 (the W pages a row
     may use in this call, scratch where unused); lengths [B] int32 (tokens already cached per row)."""
 
     keys: tuple[jax.Array, ...]
@@ -32,13 +36,13 @@ class PagedKVCache:
 
     @property
     def page_size(self) -> int:
-        return self.keys[0].shape[1]
+        return self.keys[0].shape[2]
 
     @classmethod
     def zeros(cls, cfg: ModelConfig, pages: int, page_size: int, dtype=None) -> tuple[tuple, tuple]:
         """Zeroed pools (keys, values) for every layer; page_table and lengths come per call."""
         t = cfg.text
-        shape = (pages, page_size, t.num_key_value_heads, t.head_dim)
+        shape = (t.num_key_value_heads, pages, page_size, t.head_dim)
         dt = jnp.dtype(dtype or cfg.dtype)
         return (tuple(jnp.zeros(shape, dt) for _ in range(t.num_hidden_layers)),
                 tuple(jnp.zeros(shape, dt) for _ in range(t.num_hidden_layers)))
@@ -46,11 +50,14 @@ class PagedKVCache:
 
 @flax.struct.dataclass
 class PagedIndex:
-    """Where this call's tokens go and what the rows read, as flat indices into a pool viewed as [pages * page_size]:
-    write [B, T] (padding -> scratch) and read [B, W * page_size]."""
+    """Where this call's tokens go and what the rows read, as flat indices into a pool viewed as
+    [n_kv, pages * page_size, head_dim]: write [B, T] (padding -> scratch) and read [B, W * page_size]; and for the
+    decode kernel the page table [B, W] and the rows' lengths after this call [B]."""
 
     write: jax.Array
     read: jax.Array
+    page_table: jax.Array
+    lengths: jax.Array
 
 
 def paged_inputs(cache: PagedKVCache, attention_mask: jax.Array) -> tuple[AttentionMask, PagedIndex, jax.Array]:
@@ -66,16 +73,62 @@ def paged_inputs(cache: PagedKVCache, attention_mask: jax.Array) -> tuple[Attent
     read = (cache.page_table[:, :, None] * ps + jnp.arange(ps)[None, None, :]).reshape(B, W * ps)
     # a padding query sees the keys up to its would-be position: never none (no NaN), never read by the model
     visible = jnp.arange(W * ps)[None, None, :] <= pos[:, :, None]
-    return AttentionMask(dense=visible), PagedIndex(write=write, read=read), cache.lengths + n
+    lengths = cache.lengths + n
+    index = PagedIndex(write=write, read=read, page_table=cache.page_table, lengths=lengths)
+    return AttentionMask(dense=visible), index, lengths
 
 
-def write_and_read(pool_k: jax.Array, pool_v: jax.Array, k: jax.Array, v: jax.Array, index: PagedIndex
-                   ) -> tuple[tuple[jax.Array, jax.Array], jax.Array, jax.Array]:
-    """Scatters this call's k/v [B, T, n_kv, hd] into the pools and gathers every row's pages: returns the updated
-    pools and the rows' keys/values [B, W * page_size, n_kv, hd] (this call's included)."""
-    shape = pool_k.shape
-    flat = (-1,) + shape[2:]
+def write(pool_k: jax.Array, pool_v: jax.Array, k: jax.Array, v: jax.Array, index: PagedIndex
+          ) -> tuple[jax.Array, jax.Array]:
+    """The pools with this call's k/v [B, T, n_kv, hd] scattered into their slots (in place under jit)."""
+    kv, pages, ps, hd = pool_k.shape
     w = index.write.reshape(-1)
-    pk = pool_k.reshape(flat).at[w].set(k.reshape(flat).astype(pool_k.dtype))
-    pv = pool_v.reshape(flat).at[w].set(v.reshape(flat).astype(pool_v.dtype))
-    return (pk.reshape(shape), pv.reshape(shape)), jnp.take(pk, index.read, axis=0), jnp.take(pv, index.read, axis=0)
+
+    def put(pool, x):
+        x = jnp.moveaxis(x.reshape(-1, kv, hd), 1, 0).astype(pool.dtype)  # [n_kv, B * T, hd]
+        return pool.reshape(kv, pages * ps, hd).at[:, w].set(x).reshape(pool.shape)
+
+    return put(pool_k, k), put(pool_v, v)
+
+
+def read(pool: jax.Array, index: PagedIndex) -> jax.Array:
+    """Every row's pages as one sequence [B, W * page_size, n_kv, hd] (for the XLA attention path)."""
+    kv, pages, ps, hd = pool.shape
+    B, S = index.read.shape
+    got = jnp.take(pool.reshape(kv, pages * ps, hd), index.read.reshape(-1), axis=1)
+    return jnp.moveaxis(got.reshape(kv, B, S, hd), 0, 2)
+
+
+def uses_kernel(impl: str, dtype, T: int) -> bool:
+    """Whether a call of T tokens per row decodes with the TPU paged-attention kernel: one token, attention resolving
+    to the TPU kernels (splash: on TPU, or asked for by name, then in the Pallas TPU interpreter), and no mesh of
+    several devices (a Mosaic kernel cannot be partitioned automatically; the XLA path serves those)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return T == 1 and resolve_impl(impl, dtype) == "splash" and (mesh is None or mesh.empty or mesh.size == 1)
+
+
+def decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, index: PagedIndex, scale: float
+                     ) -> jax.Array:
+    """One query per row [B, 1, H, hd] over its pages with jax's TPU paged-attention kernel: [B, 1, H, hd]. Each
+    row sees its first `index.lengths` positions (this call's token included); off TPU it runs interpreted. Its
+    matmuls take the TPU's default precision (bfloat16 passes for float32 pools), as the splash kernels do."""
+    from jax.experimental.pallas import tpu as pltpu
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+    W = index.page_table.shape[1]
+    block = next(b for b in (8, 4, 2, 1) if W % b == 0)
+    lengths = jnp.maximum(index.lengths, 1).astype(jnp.int32)  # a row with no keys (an idle slot) reads scratch
+    qs = (q[:, 0].astype(jnp.float32) * scale).astype(pool_k.dtype)
+
+    def run():
+        return paged_attention(qs, pool_k, pool_v, lengths, index.page_table.astype(jnp.int32),
+                               pages_per_compute_block=block)
+
+    mesh = jax.sharding.get_abstract_mesh()
+    platform = jax.default_backend() if mesh is None or mesh.empty else mesh.abstract_device.platform
+    if platform == "tpu":
+        out = run()
+    else:
+        with pltpu.force_tpu_interpret_mode():
+            out = run()
+    return out[:, None].astype(q.dtype)

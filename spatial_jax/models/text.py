@@ -8,11 +8,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spatial_jax.models import paged
 from spatial_jax.models.attention import AttentionMask, attention
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import RMSNorm
 from spatial_jax.models.lora import LoRALinear
-from spatial_jax.models.paged import PagedIndex, write_and_read
+from spatial_jax.models.paged import PagedIndex
 from spatial_jax.models.rope import apply_rotary
 from spatial_jax.models.sharding import constrain
 
@@ -74,8 +75,12 @@ class TextAttention(nnx.Module):
         q = constrain(apply_rotary(q, cos, sin), ("batch", "seq", "act_heads", None))
         k = apply_rotary(k, cos, sin)
         new_kv = None
-        if isinstance(cache_index, PagedIndex):  # pools of pages: scatter this call's k/v, gather the rows' pages
-            new_kv, k, v = write_and_read(*cache_kv, k, v, cache_index)
+        if isinstance(cache_index, PagedIndex):  # pools of pages: scatter this call's k/v, then attend over the pages
+            new_kv = paged.write(*cache_kv, k, v, cache_index)
+            if paged.uses_kernel(self.impl, q.dtype, T):
+                out = paged.decode_attention(q, *new_kv, cache_index, self.head_dim**-0.5)
+                return self.o_proj(out.reshape(B, T, -1)), new_kv
+            k, v = paged.read(new_kv[0], cache_index), paged.read(new_kv[1], cache_index)
         elif cache_kv is not None:
             ck, cv = cache_kv
             start = (0, cache_index, 0, 0)
