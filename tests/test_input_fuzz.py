@@ -8,6 +8,7 @@ is finite and each reward lies in its method's documented bounds. Dataset files:
 raises a short DatasetError that names the first bad line.
 """
 
+import functools
 import io
 import json
 import math
@@ -228,12 +229,19 @@ def make_trace(completion: str, edit: str, rng: np.random.Generator):
     return ent, off
 
 
+@functools.cache
+def _text(method):
+    """The completion text strategy, built once per method (building and validating it per record cost a fifth of
+    the run)."""
+    frags = FRAGMENTS[method] * 3 + ALL_FRAGMENTS
+    free = st.lists(st.one_of(st.sampled_from(frags), st.text(max_size=12)), max_size=10).map("".join)
+    return st.one_of(free, TEMPLATES[method], st.one_of(*TEMPLATES.values()))
+
+
 @st.composite
 def record(draw, method):
     """A rollout record (a dict) and whether it is valid: about half are, the rest hold one or two faults."""
-    frags = FRAGMENTS[method] * 3 + ALL_FRAGMENTS
-    free = st.lists(st.one_of(st.sampled_from(frags), st.text(max_size=12)), max_size=10).map("".join)
-    text = st.one_of(free, TEMPLATES[method], st.one_of(*TEMPLATES.values()))
+    text = _text(method)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     faulty = draw(st.sets(st.sampled_from(FAULTS), max_size=2))
     obj = {}
