@@ -236,8 +236,8 @@ class Engine:
                 if batch:
                     continue
                 # Every slot waits for pages: the youngest request still in its first round starts over later
-                # (its draws are keyed by row and token index, so it redraws the same tokens).
-                victims = [s for s in by_age[1:] if not rounds[s.request]]
+                # (its draws are keyed by row and token index, so it redraws the same tokens); alone, nothing helps.
+                victims = [s for s in by_age if not rounds[s.request]] if len(by_age) > 1 else []
                 if not victims:
                     raise RuntimeError(
                         f"KV page pool exhausted: {self.pages} pages of {self.page_size} tokens cannot hold the "
