@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from spatial_jax.models.attention import AttentionMask, resolve_impl
 from spatial_jax.models.config import ModelConfig
+from spatial_jax.models.sharding import constrain
 
 SCRATCH_PAGE = 0
 
@@ -44,8 +45,11 @@ class PagedKVCache:
         t = cfg.text
         shape = (t.num_key_value_heads, pages, page_size, t.head_dim)
         dt = jnp.dtype(dtype or cfg.dtype)
-        return (tuple(jnp.zeros(shape, dt) for _ in range(t.num_hidden_layers)),
-                tuple(jnp.zeros(shape, dt) for _ in range(t.num_hidden_layers)))
+
+        def pool():  # heads split as the attention's kv heads are (tensor parallel), pages whole on each device
+            return constrain(jnp.zeros(shape, dt), ("act_kv_heads", None, None, None))
+
+        return (tuple(pool() for _ in range(t.num_hidden_layers)), tuple(pool() for _ in range(t.num_hidden_layers)))
 
 
 @flax.struct.dataclass
