@@ -173,6 +173,27 @@ def test_tpu_paged_attention_kernel_matches_a_numpy_reference_interpreted():
     np.testing.assert_allclose(np.asarray(xla)[:, 0], ref, atol=1e-6)
 
 
+def test_tpu_paged_attention_kernel_per_shard_equals_one_device_interpreted():
+    """Under a mesh of 4 CPU devices (rows over data, heads over tensor) the kernel runs per shard in shard_map and
+    gives the one-device result (interpreted; same kernel, same precision per head: 1e-6)."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    q, (pk, pv), index, _ = _kernel_case(lengths=(5, 11, 9, 3))
+    index = index.replace(page_table=jnp.concatenate([index.page_table, index.page_table[:1]]),
+                          read=jnp.concatenate([index.read, index.read[:1]]))
+    q = jnp.concatenate([q, -q[:1]])
+    one = paged.decode_attention(q, pk, pv, index, 0.25)
+    mesh = Mesh(np.asarray(jax.devices()[:4]).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
+    put = lambda x, *spec: jax.device_put(x, NamedSharding(mesh, P(*spec)))
+    with jax.set_mesh(mesh):
+        assert paged.uses_kernel("splash", q.dtype, 1)
+        index = index.replace(page_table=put(index.page_table, "data"), lengths=put(index.lengths, "data"))
+        out = jax.jit(paged.decode_attention, static_argnums=4)(
+            put(q, "data", None, "tensor"), put(pk, "tensor"), put(pv, "tensor"), index, 0.25)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(one), atol=1e-6)
+
+
 def test_tpu_paged_decode_compiles_for_a_tpu_chip():
     """The decode step's paged attention (write into the pools, then the kernel) compiled by XLA:TPU for one v5p
     chip (libtpu, no TPU needed) at a 4B-like shape in bfloat16: a Mosaic kernel, no gather of the rows' pages."""
@@ -205,3 +226,45 @@ def test_tpu_paged_decode_compiles_for_a_tpu_chip():
     text = compiled.as_text()
     assert 'custom_call_target="tpu_custom_call"' in text
     assert f"[{B},{W * ps},{kv},{hd}]" not in text  # the XLA path's gathered pages are never built
+
+
+def test_tpu_paged_decode_compiles_sharded_for_four_tpu_chips():
+    """The same decode step on a v5p:2x2x1 mesh (rows over data=2, kv heads over tensor=2, pools sharded on their
+    kv heads): the kernel runs per shard (a Mosaic call in the program) and no pool crosses devices (no collective
+    carries a pool's shape, global or per shard)."""
+    pytest.importorskip("libtpu", reason="libtpu is not installed: no XLA:TPU compiler")
+    import os
+
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        devices = topologies.get_topology_desc(platform="tpu", topology_name="v5p:2x2x1").devices
+    except Exception as err:
+        pytest.skip(f"libtpu cannot describe the topology: {err}")
+    mesh = Mesh(np.asarray(devices).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
+    B, H, kv, hd, pages, ps, W = 16, 32, 8, 128, 256, 16, 32
+    arg = lambda shape, *spec, dt=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(mesh, P(*spec)))
+    rows = ("data", "fsdp")
+
+    def step(q, k_new, v_new, pk, pv, write, table, lengths):
+        index = paged.PagedIndex(write=write, read=None, page_table=table, lengths=lengths)
+        pk, pv = paged.write(pk, pv, k_new, v_new, index)
+        assert paged.uses_kernel("auto", q.dtype, 1)
+        return paged.decode_attention(q, pk, pv, index, hd**-0.5), pk, pv
+
+    with jax.set_mesh(mesh):
+        pool = arg((kv, pages, ps, hd), "tensor")
+        compiled = jax.jit(step, donate_argnums=(3, 4)).lower(
+            arg((B, 1, H, hd), rows, None, "tensor"), arg((B, 1, kv, hd), rows, None, "tensor"),
+            arg((B, 1, kv, hd), rows, None, "tensor"), pool, pool, arg((B, 1), rows, dt=jnp.int32),
+            arg((B, W), rows, dt=jnp.int32), arg((B,), rows, dt=jnp.int32)).compile()
+    text = compiled.as_text()
+    assert 'custom_call_target="tpu_custom_call"' in text
+    shapes = [f"[{n},{pages},{ps},{hd}]" for n in (kv, kv // 2)] + [f"[{n},{pages * ps},{hd}]" for n in (kv, kv // 2)]
+    collectives = [line for line in text.splitlines()
+                   if any(c in line for c in ("all-gather", "all-to-all", "collective-permute", "all-reduce"))]
+    assert [line for line in collectives if any(s in line for s in shapes)] == []
+    assert f"[{B},{W * ps},{kv},{hd}]" not in text and f"[{B // 2},{W * ps},{kv // 2},{hd}]" not in text

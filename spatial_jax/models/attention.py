@@ -190,7 +190,7 @@ def _splash_kernel(heads: int, t: int, s: int, causal: bool, interpret: bool):
                               q_seq_shards=1, interpret=interpret)
 
 
-def _mesh_specs(mesh, B: int, H: int, Hkv: int):
+def mesh_specs(mesh, B: int, H: int, Hkv: int):
     """(batch axes, head axis or None) of a shard_map: the batch over every mesh axis but `tensor` that divides it,
     the heads over `tensor` when it divides both head counts (else replicated), as models.sharding drops axes."""
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
@@ -227,7 +227,7 @@ def splash(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None
 
     mesh = jax.sharding.get_abstract_mesh()
     sharded = mesh is not None and not mesh.empty and mesh.size > 1
-    batch_axes, head_axis = _mesh_specs(mesh, B, H, Hkv) if sharded else (None, None)
+    batch_axes, head_axis = mesh_specs(mesh, B, H, Hkv) if sharded else (None, None)
     local_heads = H // (dict(zip(mesh.axis_names, mesh.axis_sizes))["tensor"] if head_axis else 1)
     kernel = _splash_kernel(local_heads, tp, sp, mask.causal, bool(interpret))
 

@@ -18,7 +18,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from spatial_jax.models.attention import AttentionMask, resolve_impl
+from spatial_jax.models.attention import AttentionMask, mesh_specs, resolve_impl
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.sharding import constrain
 
@@ -104,18 +104,21 @@ def read(pool: jax.Array, index: PagedIndex) -> jax.Array:
 
 
 def uses_kernel(impl: str, dtype, T: int) -> bool:
-    """Whether a call of T tokens per row decodes with the TPU paged-attention kernel: one token, attention resolving
-    to the TPU kernels (splash: on TPU, or asked for by name, then in the Pallas TPU interpreter), and no mesh of
-    several devices (a Mosaic kernel cannot be partitioned automatically; the XLA path serves those)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return T == 1 and resolve_impl(impl, dtype) == "splash" and (mesh is None or mesh.empty or mesh.size == 1)
+    """Whether a call of T tokens per row decodes with the TPU paged-attention kernel: one token and attention
+    resolving to the TPU kernels (splash: on TPU, or asked for by name, then in the Pallas TPU interpreter)."""
+    return T == 1 and resolve_impl(impl, dtype) == "splash"
 
 
 def decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, index: PagedIndex, scale: float
                      ) -> jax.Array:
     """One query per row [B, 1, H, hd] over its pages with jax's TPU paged-attention kernel: [B, 1, H, hd]. Each
     row sees its first `index.lengths` positions (this call's token included); off TPU it runs interpreted. Its
-    matmuls take the TPU's default precision (bfloat16 passes for float32 pools), as the splash kernels do."""
+    matmuls take the TPU's default precision (bfloat16 passes for float32 pools), as the splash kernels do.
+
+    Under a mesh of several devices the kernel runs per shard in shard_map (a Mosaic kernel cannot be partitioned
+    automatically): rows over the mesh's batch axes where they divide, heads over `tensor` where it divides both
+    head counts, as the pools' kv heads are laid out; each shard reads the whole page range of its heads (pages
+    are shared by all rows), so no pool crosses devices."""
     from jax.experimental.pallas import tpu as pltpu
     from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
 
@@ -123,16 +126,23 @@ def decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, index: 
     block = next(b for b in (8, 4, 2, 1) if W % b == 0)
     lengths = jnp.maximum(index.lengths, 1).astype(jnp.int32)  # a row with no keys (an idle slot) reads scratch
     qs = (q[:, 0].astype(jnp.float32) * scale).astype(pool_k.dtype)
-
-    def run():
-        return paged_attention(qs, pool_k, pool_v, lengths, index.page_table.astype(jnp.int32),
-                               pages_per_compute_block=block)
-
+    table = index.page_table.astype(jnp.int32)
     mesh = jax.sharding.get_abstract_mesh()
+    sharded = mesh is not None and not mesh.empty and mesh.size > 1
     platform = jax.default_backend() if mesh is None or mesh.empty else mesh.abstract_device.platform
-    if platform == "tpu":
-        out = run()
-    else:
+
+    def run(qs, pool_k, pool_v, lengths, table):
+        if platform == "tpu":
+            return paged_attention(qs, pool_k, pool_v, lengths, table, pages_per_compute_block=block)
         with pltpu.force_tpu_interpret_mode():
-            out = run()
+            return paged_attention(qs, pool_k, pool_v, lengths, table, pages_per_compute_block=block)
+
+    if sharded:
+        P = jax.sharding.PartitionSpec
+        rows, heads = mesh_specs(mesh, q.shape[0], q.shape[2], pool_k.shape[0])
+        pool, per_row = P(heads, None, None, None), P(rows, heads, None)
+        # check_vma=False: pallas_call results carry no varying-axes type, so the checker cannot follow them
+        run = jax.shard_map(run, mesh=mesh, in_specs=(per_row, pool, pool, P(rows), P(rows, None)),
+                            out_specs=per_row, check_vma=False)
+    out = run(qs, pool_k, pool_v, lengths, table)
     return out[:, None].astype(q.dtype)
