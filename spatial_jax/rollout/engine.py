@@ -36,7 +36,7 @@ from spatial_jax.models.paged import SCRATCH_PAGE, PagedKVCache
 from spatial_jax.models.vision import shared_items
 from spatial_jax.rollout import logits as lg
 from spatial_jax.rollout.config import SamplingConfig
-from spatial_jax.rollout.sampler import SampleOutput
+from spatial_jax.rollout.sampler import SampleOutput, check_row_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,10 +127,8 @@ def _chunk_impl(graphdef, params, keys, values, logits, page_table, lengths, rop
 
     def body(carry):
         step, (keys, values, logits, lengths, live, drawn, budget, stopped), (toks, lps, ents, m) = carry
-        tok = jnp.where(live, lg.choose(logits, lg.row_keys(key, row_ids, drawn), cfg, suppressed), cfg.pad_token_id)
-        toks = toks.at[:, step].set(tok)
-        lps = lps.at[:, step].set(jnp.where(live, lg.token_logprob(logits, tok, cfg.temperature), 0.0))
-        ents = ents.at[:, step].set(jnp.where(live, lg.entropy(logits), 0.0))
+        tok, lp, ent = lg.draw(logits, lg.row_keys(key, row_ids, drawn), live, cfg, suppressed)
+        toks, lps, ents = toks.at[:, step].set(tok), lps.at[:, step].set(lp), ents.at[:, step].set(ent)
         m = m.at[:, step].set(live)
         hit = live & jnp.any(tok[:, None] == stop_ids[None, :], axis=1)
         cache = PagedKVCache(keys=keys, values=values, page_table=page_table, lengths=lengths)
@@ -187,9 +185,7 @@ class Engine:
             if len(r.tokens) == 0:
                 raise ValueError(f"request {i} has no tokens")
             self._check_fits(i, len(r.tokens))
-        row_ids = np.asarray([r.row_id for r in requests])
-        if len(np.unique(row_ids)) != len(requests) or (len(requests) and row_ids.min() < 0):
-            raise ValueError("requests' row ids must be distinct non-negative integers")
+        check_row_ids(np.asarray([r.row_id for r in requests], np.int64), len(requests))
         graphdef, params = nnx.split(model)
         keys, values = PagedKVCache.zeros(model.cfg, self.pages, self.page_size, self.cache_dtype)
         logits = jnp.zeros((self.slots, model.cfg.text.vocab_size), jnp.float32)

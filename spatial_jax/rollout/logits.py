@@ -117,3 +117,13 @@ def choose(logits: jax.Array, keys: jax.Array, cfg: SamplingConfig, suppressed: 
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     draw = jax.vmap(lambda k, x: jax.random.categorical(k, x, axis=-1))
     return draw(keys, filtered_logits(logits, cfg)).astype(jnp.int32)
+
+
+def draw(logits: jax.Array, keys: jax.Array, live: jax.Array, cfg: SamplingConfig,
+         suppressed: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One decode step's draw for every row, as both decoders (the static sampler and the paged engine) take it: the
+    token (`choose`; the pad id for rows not `live`), its log-prob at the sampling temperature and the full-vocabulary
+    entropy (0 for rows not live)."""
+    tok = jnp.where(live, choose(logits, keys, cfg, suppressed), cfg.pad_token_id)
+    return (tok, jnp.where(live, token_logprob(logits, tok, cfg.temperature), 0.0),
+            jnp.where(live, entropy(logits), 0.0))

@@ -195,10 +195,7 @@ def _decode_impl(graphdef, params, state: SamplerState, stop_ids: jax.Array, sup
     def body(carry):
         step, st, o = carry
         live = ~st.done
-        keys = lg.row_keys(st.key, st.row_ids, st.drawn)
-        tok = jnp.where(live, lg.choose(st.logits, keys, cfg, suppressed), cfg.pad_token_id)
-        lp = jnp.where(live, lg.token_logprob(st.logits, tok, cfg.temperature), 0.0)
-        ent = jnp.where(live, lg.entropy(st.logits), 0.0)
+        tok, lp, ent = lg.draw(st.logits, lg.row_keys(st.key, st.row_ids, st.drawn), live, cfg, suppressed)
         o = o.replace(
             tokens=o.tokens.at[:, step].set(tok),
             logprobs=o.logprobs.at[:, step].set(lp),
