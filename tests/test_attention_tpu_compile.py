@@ -4,14 +4,13 @@ step: the decoder's causal + padding case (GQA) and the vision tower's per-frame
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from test_kernels_pallas_tpu import _tpu_topology
 
 from spatial_jax.models.attention import AttentionMask, attention
 
@@ -20,20 +19,9 @@ from spatial_jax.models.attention import AttentionMask, attention
 CASES = {"decoder": (4, 1024, 8, 4, 128, 512, True), "vision": (8, 1024, 4, 4, 72, 288, False)}
 
 
-def _devices(name):
-    pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]'): no XLA:TPU compiler")
-    from jax.experimental import topologies
-
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # libtpu's machine-wide lock would bar other tests
-    try:
-        return topologies.get_topology_desc(platform="tpu", topology_name=name).devices
-    except Exception as err:  # a libtpu that cannot describe this slice
-        pytest.skip(f"libtpu cannot describe topology {name}: {err}")
-
-
 def compile_step(topology: str, dtype=jnp.bfloat16):
     """One train step holding both cases: value_and_grad of a loss over a decoder and a vision attention layer."""
-    mesh = Mesh(np.asarray(_devices(topology)).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
+    mesh = Mesh(np.asarray(_tpu_topology(topology)).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
 
     def layer(x, seg, ws, case):
         B, T, H, Hkv, D, E, causal = CASES[case]

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from test_sampler import GREEDY, N_NEW, _check_against_full_forward, _full_forward, _max_len, batch, tiny  # noqa: F401 (fixtures)
+from test_kernels_pallas_tpu import _tpu_topology
+from test_sampler import GREEDY, N_NEW, _check_against_full_forward, _full_forward, _hf_greedy, _max_len, batch, tiny  # noqa: F401 (fixtures)
 
 from spatial_jax.models import ModelConfig, Qwen3VL, paged
 from spatial_jax.models.attention import AttentionMask, attention
@@ -62,15 +63,7 @@ def test_greedy_equals_static_sampler_and_transformers_with_fewer_slots_than_req
     rows, ids, mask, pv, grid = batch
     out = _paged(model, batch, GREEDY, **SMALL)  # row 2 waits for a slot
     _same(out, _static(model, batch, GREEDY))
-    with torch.no_grad():
-        ref = hf.generate(
-            input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask, dtype=torch.long),
-            pixel_values=torch.tensor(pv), image_grid_thw=torch.tensor(grid),
-            mm_token_type_ids=torch.tensor((ids == model.cfg.image_token_id).astype(np.int64)),
-            do_sample=False, max_new_tokens=N_NEW, min_new_tokens=N_NEW, pad_token_id=0, eos_token_id=None,
-            suppress_tokens=[model.cfg.image_token_id, model.cfg.video_token_id],
-        )
-    np.testing.assert_array_equal(out.tokens, ref[:, ids.shape[1]:].numpy())
+    np.testing.assert_array_equal(out.tokens, _hf_greedy(torch, hf, model, ids, mask, pv, grid))
 
 
 def test_sampled_rows_equal_the_static_sampler_whatever_slot_they_take(tiny, batch):  # noqa: F811 (fixtures)
@@ -197,18 +190,10 @@ def test_tpu_paged_attention_kernel_per_shard_equals_one_device_interpreted():
 def test_tpu_paged_decode_compiles_for_a_tpu_chip():
     """The decode step's paged attention (write into the pools, then the kernel) compiled by XLA:TPU for one v5p
     chip (libtpu, no TPU needed) at a 4B-like shape in bfloat16: a Mosaic kernel, no gather of the rows' pages."""
-    pytest.importorskip("libtpu", reason="libtpu is not installed: no XLA:TPU compiler")
-    import os
-
-    from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    try:
-        devices = topologies.get_topology_desc(platform="tpu", topology_name="v5p:2x2x1").devices
-    except Exception as err:
-        pytest.skip(f"libtpu cannot describe the topology: {err}")
+    devices = _tpu_topology("v5p:2x2x1")
     mesh = Mesh(np.asarray(devices[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
     B, H, kv, hd, pages, ps, W = 16, 32, 8, 128, 256, 16, 32
     arg = lambda shape, dt=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(mesh, P()))
@@ -232,18 +217,10 @@ def test_tpu_paged_decode_compiles_sharded_for_four_tpu_chips():
     """The same decode step on a v5p:2x2x1 mesh (rows over data=2, kv heads over tensor=2, pools sharded on their
     kv heads): the kernel runs per shard (a Mosaic call in the program) and no pool crosses devices (no collective
     carries a pool's shape, global or per shard)."""
-    pytest.importorskip("libtpu", reason="libtpu is not installed: no XLA:TPU compiler")
-    import os
-
-    from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    try:
-        devices = topologies.get_topology_desc(platform="tpu", topology_name="v5p:2x2x1").devices
-    except Exception as err:
-        pytest.skip(f"libtpu cannot describe the topology: {err}")
+    devices = _tpu_topology("v5p:2x2x1")
     mesh = Mesh(np.asarray(devices).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
     B, H, kv, hd, pages, ps, W = 16, 32, 8, 128, 256, 16, 32
     arg = lambda shape, *spec, dt=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(mesh, P(*spec)))

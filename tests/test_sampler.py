@@ -228,6 +228,11 @@ def test_greedy_equals_transformers_generate(tiny, batch):
     rows, ids, mask, pv, grid = batch
     out, _ = generate(model, ids, mask, pixel_values=pv, image_grid_thw=grid, cfg=GREEDY,
                       max_len=_max_len(ids))
+    np.testing.assert_array_equal(np.asarray(out.tokens), _hf_greedy(torch, hf, model, ids, mask, pv, grid))
+
+
+def _hf_greedy(torch, hf, model, ids, mask, pv, grid) -> np.ndarray:
+    """transformers' greedy `generate` of N_NEW tokens per row (image tokens suppressed, as the sampler does)."""
     with torch.no_grad():
         ref = hf.generate(
             input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask, dtype=torch.long),
@@ -236,7 +241,7 @@ def test_greedy_equals_transformers_generate(tiny, batch):
             do_sample=False, max_new_tokens=N_NEW, min_new_tokens=N_NEW, pad_token_id=0, eos_token_id=None,
             suppress_tokens=[model.cfg.image_token_id, model.cfg.video_token_id],
         )
-    np.testing.assert_array_equal(np.asarray(out.tokens), ref[:, ids.shape[1]:].numpy())
+    return ref[:, ids.shape[1]:].numpy()
 
 
 def test_seeded_sampling_is_reproducible_and_scored_at_its_temperature(tiny, batch):
