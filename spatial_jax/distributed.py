@@ -77,17 +77,20 @@ def allgather_rows(x: np.ndarray) -> np.ndarray:
     return np.concatenate([rows[:n] for rows, n in zip(everyone, counts)], axis=0)
 
 
+def allgather_bytes(raw: bytes) -> list[bytes]:
+    """Every process's byte string (of any length), in process order."""
+    data = np.frombuffer(raw, np.uint8)
+    sizes = allgather_rows(np.asarray([data.size], np.int64))
+    ends, flat = np.cumsum(sizes), allgather_rows(data)
+    return [flat[end - size : end].tobytes() for end, size in zip(ends, sizes)]
+
+
 def allgather_json(obj: Any) -> list[Any]:
     """Every process's JSON-ready `obj` (numpy scalars become floats), in process order: small host records such as
     per-rollout scores. [obj] in a single-process run."""
     if jax.process_count() == 1:
         return [obj]
-    raw = np.frombuffer(json.dumps(obj, default=float).encode(), np.uint8)
-    counts = multihost_utils.process_allgather(np.asarray(raw.size, np.int64)).reshape(-1)
-    padded = np.zeros(int(counts.max()), np.uint8)
-    padded[: raw.size] = raw
-    everyone = multihost_utils.process_allgather(padded)
-    return [json.loads(bytes(row[:n])) for row, n in zip(everyone, counts)]
+    return [json.loads(raw) for raw in allgather_bytes(json.dumps(obj, default=float).encode())]
 
 
 def primary_says(value: bool) -> bool:

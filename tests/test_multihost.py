@@ -215,6 +215,7 @@ def _as_two_processes(monkeypatch, work):
     """Runs work(HostShare(p, 2)) for p = 0, 1 in two threads whose allgather_rows meet like two processes'."""
     import threading
 
+    from spatial_jax import distributed
     from spatial_jax.rollout import hosts as hosts_module
     from spatial_jax.rollout.hosts import HostShare
 
@@ -229,6 +230,7 @@ def _as_two_processes(monkeypatch, work):
         return out
 
     monkeypatch.setattr(hosts_module, "allgather_rows", allgather_rows)
+    monkeypatch.setattr(distributed, "allgather_rows", allgather_rows)  # under allgather_bytes (`everyone`)
     results = [None, None]
 
     def run(p):

@@ -22,7 +22,7 @@ import numpy as np
 from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, train_iterator
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.tokenizer import SpatialTokenizer
-from spatial_jax.distributed import allgather_json, allgather_rows
+from spatial_jax.distributed import allgather_bytes, allgather_json, allgather_rows
 from spatial_jax.rollout.completions import Completions
 
 # Batch fields of token rows: left-padded to the widest process's bucket (pad id for ids, 0 for masks)
@@ -113,8 +113,4 @@ class HostShare:
         """Every sharing process's `obj` (any picklable value: records, per-sample rows), in process order."""
         if self.count == 1:
             return [obj]
-        raw = np.frombuffer(pickle.dumps(obj), np.uint8)
-        ends = np.cumsum(allgather_rows(np.asarray([raw.size])))
-        flat = allgather_rows(raw)
-        return [pickle.loads(flat[end - size : end].tobytes())
-                for end, size in zip(ends, np.diff(np.concatenate([[0], ends])))]
+        return [pickle.loads(raw) for raw in allgather_bytes(pickle.dumps(obj))]
