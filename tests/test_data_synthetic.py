@@ -1,12 +1,15 @@
 """The synthetic spatial world: answers recomputed independently from the boxes, exact rendering, pseudo-GT noise and
 A.3 corruption, scene graphs, and reference completions read back by the rewards' own parsers."""
 
+import dataclasses
+import json
 import math
 import re
 
 import numpy as np
 import pytest
 
+from spatial_jax import config as C
 from spatial_jax.data import synthetic as syn
 from spatial_jax.data.sample import LETTERS
 
@@ -283,3 +286,36 @@ def test_grid_and_colour_knobs_validated_and_defaults_unchanged():
         syn.SyntheticConfig(grid=2, max_objects=5)
     with pytest.raises(ValueError, match="max_objects"):
         syn.SyntheticConfig(distinct_colors=True, min_objects=2, max_objects=7)
+
+
+def _box_lines(completion: str) -> list[dict]:
+    return [json.loads(line) for line in completion.split("\n") if line.startswith("{")]
+
+
+def test_reading_order_lists_the_question_boxes_top_to_bottom_then_left_to_right():
+    reading = dataclasses.replace(GRID, box_order="reading")
+    for i in range(40):
+        asked, read = syn.make_sample(GRID, "train", i), syn.make_sample(reading, "train", i)
+        assert (asked.question, asked.gt_boxes, asked.image.tobytes()) == (read.question, read.gt_boxes,
+                                                                             read.image.tobytes())
+        a, r = _box_lines(asked.reference["spatialcore"]), _box_lines(read.reference["spatialcore"])
+        assert [b["label"] for b in a] == asked.meta["relevant"]  # the question's order
+        assert sorted(map(json.dumps, a)) == sorted(map(json.dumps, r))  # the same boxes
+        centres = [((b[1] + b[3]) / 2, (b[0] + b[2]) / 2) for b in (x["bbox_2d"] for x in r)]
+        assert centres == sorted(centres)
+        # the rest of the completion (reasoning, answer) is the question-order one
+        tail = lambda c: c[c.index(syn.BOX_LEAD):]
+        assert tail(asked.reference["spatialcore"]) == tail(read.reference["spatialcore"])
+    with pytest.raises(ValueError, match="box_order"):
+        C.from_dict(syn.SyntheticConfig, {"box_order": "random"})
+
+
+def test_shapes_knob_limits_the_shapes_and_is_validated():
+    one = dataclasses.replace(GRID, shapes=("square",))
+    for s in syn.generate(one, "train", 30, render_image=False):
+        assert {o["shape"] for o in s.meta["objects"]} == {"square"}
+        assert all(opt.endswith(" square") for opt in s.options if opt.split()[0] in syn.COLORS)
+    assert syn.SyntheticConfig().shapes == syn.SHAPES
+    for bad in ((), ("hexagon",), ("square", "square")):
+        with pytest.raises(ValueError, match="shapes"):
+            syn.SyntheticConfig(shapes=bad)

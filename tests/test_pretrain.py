@@ -99,6 +99,6 @@ def test_shipped_base_matches_its_manifest_and_transformers():
     recorded = _flat(manifest["config"])
     assert {k: v for k, v in recorded.items() if k != "run_dir"} == {
         k: documented.get(k, "(not a setting)") for k in recorded if k != "run_dir"}
-    main = C.load(TrainConfig, ROOT / "configs" / "tiny_grounded.toml")
+    main = C.load(TrainConfig, ROOT / "configs" / "tiny_cpu.toml")
     assert main.policy.checkpoint == "checkpoints/tiny_base"
     assert _logits_agree(SHIPPED, main) < TOL

@@ -24,7 +24,8 @@ from spatial_jax.rl.workspace import Workspace
 from spatial_jax.testing import dense_methods
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ["tiny_cpu", "spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_7b", "allospatial_4b"]
+RECIPES = ["tiny_cpu", "tiny_random", "spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_7b",
+           "allospatial_4b"]
 
 # A job small enough for a test: no SFT, a few prompts, short completions, no evaluation.
 TINY = [
@@ -52,11 +53,22 @@ def _max_diff(a, b) -> float:
 def test_recipe_configs_load_and_validate(name):
     cfg = C.load(TrainConfig, ROOT / "configs" / f"{name}.toml")
     validate(cfg, num_devices=cfg.mesh.size)
-    assert cfg.run_dir.endswith(name) or name == "tiny_cpu"
+    assert cfg.run_dir.endswith(name)
 
 
-def test_embedded_default_is_tiny_cpu():
-    assert C.load(TrainConfig) == C.load(TrainConfig, ROOT / "configs" / "tiny_cpu.toml")
+def test_job_commands_default_to_the_main_job(monkeypatch, tmp_path):
+    from spatial_jax.cli.job_config import ENV, MAIN_JOB, load_job
+
+    assert MAIN_JOB == ROOT / "configs" / "tiny_cpu.toml"
+    monkeypatch.delenv(ENV, raising=False)
+    assert load_job(None, ["seed=3"]) == C.load(TrainConfig, MAIN_JOB, ["seed=3"])
+    other = tmp_path / "other.toml"
+    other.write_text("seed = 5\n")
+    monkeypatch.setenv(ENV, str(other))
+    assert load_job(None, []).seed == 5
+    monkeypatch.setenv(ENV, "")
+    assert load_job(None, []) == C.load(TrainConfig) == C.load(TrainConfig, ROOT / "configs" / "tiny_random.toml")
+    assert load_job(str(other), ["seed=7"]).seed == 7
 
 
 @pytest.mark.parametrize(

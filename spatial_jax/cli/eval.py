@@ -19,7 +19,8 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help="the run's TOML config (default: the embedded tiny CPU job)")
+    p.add_argument("--config", default=None,
+                   help="the run's TOML config (default: the README main job, configs/tiny_cpu.toml)")
     p.add_argument("--data", default=None, help="JSONL dataset or synthetic:<split>:<n> (default: data.eval); with "
                    "--benchmark the benchmark's local copy, with --protocol a folder of copies named by benchmark")
     p.add_argument("--output", default=None, help="where to write the JSON report (default: <run_dir>/eval_cli.json)")
@@ -65,15 +66,15 @@ def run(args) -> int:
     import jax
 
     from spatial_jax import distributed
-    from spatial_jax.config import ConfigError, load
+    from spatial_jax.cli.job_config import load_job
+    from spatial_jax.config import ConfigError
     from spatial_jax.data.pipeline import eval_iterator
     from spatial_jax.eval.evaluate import evaluate
-    from spatial_jax.rl.config import TrainConfig
     from spatial_jax.rl.report import write_json
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
     from spatial_jax.rollout.collect import ToolSettings
 
-    cfg = load(TrainConfig, args.config, args.overrides)  # config errors surface before the cluster is joined
+    cfg = load_job(args.config, args.overrides)  # config errors surface before the cluster is joined
     if not args.initial and not has_checkpoint(cfg.run_dir):
         raise ConfigError(f"run_dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to evaluate; pass --initial to "
                           "evaluate the untrained policy on purpose")
@@ -227,12 +228,12 @@ def _generate(args, protocol, plan, records, title):
     import jax
 
     from spatial_jax import distributed
-    from spatial_jax.config import ConfigError, load
+    from spatial_jax.cli.job_config import load_job
+    from spatial_jax.config import ConfigError
     from spatial_jax.eval.benchmarks.runner import ResponseCache, cache_dir, generate
-    from spatial_jax.rl.config import TrainConfig
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
 
-    cfg = load(TrainConfig, args.config, args.overrides)
+    cfg = load_job(args.config, args.overrides)
     if not args.initial and not has_checkpoint(cfg.run_dir):
         raise ConfigError(f"run_dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to evaluate; pass --initial to "
                           "evaluate the untrained policy on purpose")

@@ -40,17 +40,17 @@ def _prepare_jax(topology: str | None) -> None:
 
 def run(args) -> int:
     _prepare_jax(args.topology)
-    from spatial_jax.config import ConfigError, load
-    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.cli.job_config import default_config, load_job
+    from spatial_jax.config import ConfigError
 
-    cfg = load(TrainConfig, args.config, args.overrides)
+    cfg = load_job(args.config, args.overrides)
     topology = args.topology or cfg.plan.target
     if not topology:
         raise ConfigError("name a target: --topology v5p:2x4x4 (or cpu:N, gpu:h100x8), or plan.target in the config")
     from spatial_jax.rl.plan import over_message, plan
     from spatial_jax.rl.report import write_json
 
-    report = plan(cfg, topology, config_name=args.config or "tiny_cpu (default)",
+    report = plan(cfg, topology, config_name=args.config or f"{default_config() or 'TrainConfig defaults'} (default)",
                   only=tuple(args.program or ()), hbm_gib=args.hbm)
     print(report.table(), flush=True)
     if args.json:

@@ -6,15 +6,15 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help="a TOML file in configs/ (default: the embedded tiny CPU job)")
+    p.add_argument("--config", default=None,
+                   help="a TOML file in configs/ (default: the README main job, configs/tiny_cpu.toml)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. rl.steps=10")
 
 
 def load_config(args):
-    from spatial_jax.config import load
-    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.cli.job_config import load_job
 
-    return load(TrainConfig, args.config, args.overrides)
+    return load_job(args.config, args.overrides)
 
 
 def run(args) -> int:

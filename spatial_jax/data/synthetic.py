@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -53,12 +54,15 @@ class SyntheticConfig:
     """The world's knobs. Validity v ~ U[min_validity, 1] (detector scores kept above 0.3, A.3); each pseudo-GT
     coordinate is jittered with std box_noise * (1 - v) * box side; corrupt_fraction of boxes get the A.3 corruption.
 
-    grid: 0 places objects freely; N > 0 puts each object in its own cell of an N x N grid, filling the cell but for
-    a 2 px border (the size fractions are then unused). With cells the size of the vision tower's merged patches
-    (e.g. 128 px, grid 4: 32 px cells), each object is one image token whose position embedding says where it is, so
-    a tiny policy can learn its box. distinct_colors: no two objects of a scene share a colour, so a colour alone
-    names an object. shuffle_options: options in random order; otherwise sorted (relative position: above, below,
-    left, right), so an answer's letter follows from the answer alone."""
+    grid: 0 places objects freely; N > 0 puts each object in its own cell of an N x N grid, filling the cell but for a
+    2 px border (the size fractions are then unused). With cells the size of the vision tower's merged patches (e.g. 128
+    px, grid 4: 32 px cells), each object is one image token whose position embedding says where it is, so a tiny policy
+    can learn its box. distinct_colors: no two objects of a scene share a colour, so a colour alone names an object.
+    shapes: the shapes objects take (one shape: a label's noun tells nothing). shuffle_options: options in random order;
+    otherwise sorted (relative position: above, below, left, right), so an answer's letter follows from the answer
+    alone. box_order: the order of the reference completion's box lines: "question" (the objects in the order the
+    question names them) or "reading" (by box centre, top to bottom, then left to right), so a box's digits follow from
+    the image alone and its label from what the box holds."""
 
     width: int = 96
     height: int = 96
@@ -67,6 +71,7 @@ class SyntheticConfig:
     min_size_frac: float = 0.12
     max_size_frac: float = 0.28
     question_types: tuple[str, ...] = MC_QUESTION_TYPES
+    shapes: tuple[str, ...] = SHAPES
     min_validity: float = 0.3
     box_noise: float = 0.15
     corrupt_fraction: float = 0.0
@@ -74,12 +79,15 @@ class SyntheticConfig:
     grid: int = 0
     distinct_colors: bool = False
     shuffle_options: bool = True
+    box_order: Literal["question", "reading"] = "question"
     seed: int = 0
 
     def __post_init__(self):
         check_range(self, "width", MIN_SIDE, MAX_SIDE)
         check_range(self, "height", MIN_SIDE, MAX_SIDE)
         check_range(self, "grid", 0, min(self.width, self.height) // GRID_MIN_CELL)
+        require("shapes", self.shapes, bool(self.shapes) and len(set(self.shapes)) == len(self.shapes)
+                and all(x in SHAPES for x in self.shapes), f"be a non-empty subset of {SHAPES} without repeats")
         check_range(self, "min_objects", 2, self.max_scene_objects)
         check_range(self, "max_objects", self.min_objects, self.max_scene_objects)
         check_range(self, "min_size_frac", 0, 0.5, low_open=True)
@@ -97,7 +105,7 @@ class SyntheticConfig:
     @property
     def max_scene_objects(self) -> int:
         """How many distinct objects a scene can hold: colour-shape pairs (colours alone when distinct), and cells."""
-        n = len(COLORS) if self.distinct_colors else len(SHAPES) * len(COLORS)
+        n = len(COLORS) if self.distinct_colors else len(self.shapes) * len(COLORS)
         return min(n, self.grid * self.grid) if self.grid else n
 
 
@@ -179,9 +187,9 @@ def _pick_labels(rng: np.random.Generator, cfg: SyntheticConfig, n: int) -> list
     """n distinct (colour, shape) pairs; with distinct_colors, n distinct colours each with a random shape."""
     if cfg.distinct_colors:
         colors = list(COLORS)
-        return [(colors[int(c)], SHAPES[int(rng.integers(len(SHAPES)))])
+        return [(colors[int(c)], cfg.shapes[int(rng.integers(len(cfg.shapes)))])
                 for c in rng.choice(len(colors), size=n, replace=False)]
-    combos = [(c, s) for c in COLORS for s in SHAPES]
+    combos = [(c, s) for c in COLORS for s in cfg.shapes]
     return [combos[int(p)] for p in rng.choice(len(combos), size=n, replace=False)]
 
 
@@ -256,9 +264,9 @@ def _letter_options(rng: np.random.Generator, items: list, correct, cfg: Synthet
     return order, LETTERS[order.index(correct)]
 
 
-def _absent_labels(objects: Sequence[SceneObject]) -> list[str]:
+def _absent_labels(objects: Sequence[SceneObject], cfg: SyntheticConfig) -> list[str]:
     present = {o.label for o in objects}
-    return [f"{c} {s}" for c in COLORS for s in SHAPES if f"{c} {s}" not in present]
+    return [f"{c} {s}" for c in COLORS for s in cfg.shapes if f"{c} {s}" not in present]
 
 
 def _q_relative(rng, objects, cfg) -> Question | None:
@@ -297,7 +305,7 @@ def _q_size(rng, objects, cfg) -> Question | None:
     if max(first, second) < 1.25 * min(first, second):
         return None
     labels = [objects[i].label for i in chosen]
-    distractors = _absent_labels(objects)
+    distractors = _absent_labels(objects, cfg)
     extra = [distractors[int(i)] for i in rng.choice(len(distractors), size=4 - k, replace=False)]
     options, letter = _letter_options(rng, labels + extra, objects[ranked[0]].label, cfg)
     pred = "larger than" if which == "largest" else "smaller than"
@@ -326,7 +334,7 @@ def _q_nearest(rng, objects, cfg) -> Question | None:
     rest = others[1:]
     picked = [rest[int(i)] for i in rng.choice(len(rest), size=min(3, len(rest)), replace=False)]
     present = [nearest] + picked
-    distractors = _absent_labels(objects)
+    distractors = _absent_labels(objects, cfg)
     extra = [distractors[int(i)] for i in rng.choice(len(distractors), size=4 - len(present), replace=False)]
     options, letter = _letter_options(rng, [objects[i].label for i in present] + extra, objects[nearest].label, cfg)
     return Question(
@@ -533,9 +541,11 @@ def reference_completions(
     norm = lambda b: to_norm(b, cfg.width, cfg.height)
     pix = lambda b: b
     final = q.answer if isinstance(q.answer, str) else format_number(q.answer)
+    boxed = list(dict.fromkeys(q.relevant))
+    if cfg.box_order == "reading":
+        boxed.sort(key=lambda i: objects[i].center[::-1])
     box_lines = "".join(
-        json.dumps({"bbox_2d": list(norm(objects[i].bbox)), "label": objects[i].label}) + "\n"
-        for i in dict.fromkeys(q.relevant)
+        json.dumps({"bbox_2d": list(norm(objects[i].bbox)), "label": objects[i].label}) + "\n" for i in boxed
     )
     core = f"{box_lines}{BOX_LEAD}\n{_reasoning(objects, q, norm)}\n</think>\n{final}"
     if isinstance(q.answer, str):

@@ -1,10 +1,11 @@
 """The run's typed configuration: `spatial-jax sft|train|eval --config configs/X.toml key=value ...`.
 
-The defaults are the README main job (configs/tiny_cpu.toml): a tiny random policy on the synthetic world, SFT then
-GRPO with the SpatialCORE reward, on CPU. Each config checks its own values when built (FieldError, reported with
-its dotted key); `validate` checks what depends on the machine (mesh vs devices, batch divisibility) and
-`check_context` what depends on the policy (sequence lengths vs its positions), so a bad run fails at start, before
-anything is compiled.
+The defaults are the smallest whole job: a tiny random policy on the default synthetic world, SFT then GRPO with the
+SpatialCORE reward, on CPU (configs/tiny_random.toml writes them out; the tests run them). The README main job,
+configs/tiny_cpu.toml, starts from the shipped grounding-pretrained base instead (cli/job_config.py). Each config checks
+its own values when built (FieldError, reported with its dotted key); `validate` checks what depends on the machine
+(mesh vs devices, batch divisibility) and `check_context` what depends on the policy (sequence lengths vs its
+positions), so a bad run fails at start, before anything is compiled.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def rewards_config_type() -> type:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    run_dir: str = "runs/tiny_cpu"
+    run_dir: str = "runs/tiny_random"
     seed: int = 0
     method: str = "spatialcore"
     policy: PolicyConfig = PolicyConfig()

@@ -1,8 +1,9 @@
 """EmbSpatial-Bench. No official scorer exists to follow: the authors' repository (mengfeidu/EmbSpatial-Bench)
-holds a one-line README and figures, no evaluation code, and no other authors' code for it is in this project's
-reference index (a third-party VLMEvalKit-style port exists; it is not the authors'). The prediction is the project's
-letter rule (extract.choice_letter), right when it equals the gold option's letter. Overall: every question counts
-once; rows: the six spatial relations."""
+holds a README and figures, no evaluation code. The README names two ways to evaluate the multiple-choice questions,
+generation and likelihood; this scorer is the generation one (a model that answers in text), and no other authors'
+code for it is in this project's reference index (third-party ports exist, e.g. lmms-eval's; they are not the
+authors'). The prediction is the project's letter rule (extract.choice_letter), right when it equals the gold
+option's letter. Overall: every question counts once; rows: the six spatial relations."""
 
 from __future__ import annotations
 

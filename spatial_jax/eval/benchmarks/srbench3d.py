@@ -1,21 +1,22 @@
-"""3DSRBench. Default ("authors"): the aggregation of the 3DSRBench authors' circular result script. Their
-`compute_3dsrbench_results_circular.py` is not in this project's reference index; the same group's script for the
-same TSV is, as johnson111788/SpatialReasoner `src/eval/compute_3dsrbench_results.py` (the SpatialReasoner repository
-of the 3DSRBench first author's group, run on `3dsrbench_v1_vlmevalkit_circular.tsv`), and "authors" follows it: a
-row's question is its qid with a trailing `-N` rotation suffix dropped (only when the second-to-last character is
-"-"; `-flip` kept), a question is right only when every one of its rows is, and the overall, the four main-type rows
-and the twelve subtype rows are all means over questions (each question takes its first row's category). That script
-reads the per-row hits of VLMEvalKit's MCQ judge; this project has no judge model, so every variant extracts with
-lmms-eval's rules below (unverified against VLMEvalKit's matcher).
+"""3DSRBench. Default ("authors"): the aggregation of the 3DSRBench authors' circular result script. Their circular
+script (named `compute_3dsrbench_results_circular.py` in the dataset card, stored on the Hugging Face dataset
+ccvl/3DSRBench as `compute_3drbench_results_circular.py`) is not in this project's reference index; the same group's
+script for the same TSV is, as johnson111788/SpatialReasoner `src/eval/compute_3dsrbench_results.py` (the
+SpatialReasoner repository of the 3DSRBench first author's group, run on `3dsrbench_v1_vlmevalkit_circular.tsv`), and
+"authors" follows it: a row's question is its qid with a trailing `-N` rotation suffix dropped (only when the
+second-to-last character is "-"; `-flip` kept), a question is right only when every one of its rows is, and the overall,
+the four main-type rows and the twelve subtype rows are all means over questions (each question takes its first row's
+category). That script reads the per-row hits of VLMEvalKit's MCQ judge; this project has no judge model, so every
+variant extracts with lmms-eval's rules below (unverified against VLMEvalKit's matcher).
 
 lmms-eval's 3dsrbench task (lmms_eval/tasks/3dsrbench/utils.py) gives the named variants. Extraction: the response,
-stripped, is tried against, in order, `^([A-D])[.\\s)]`, `^([A-D])$`, `[Aa]nswer[:\\s]+([A-D])`,
-`[Tt]he answer is[:\\s]+([A-D])`, `[Mm]y answer is[:\\s]+([A-D])`, `\\(([A-D])\\)`, `([A-D])\\.`, `\\b([A-D])\\b`
-(capital letters only: a lone "b" is no answer); the first match is the prediction. "circular": a question (its qid
-with the `-N` rotation suffix dropped, `-flip` kept) is right only when all its option rotations are;
-"flip_circular": all variants of the 8-character base qid; "flip": a question and its flip (qid without "-flip");
-"vanilla": every row once. Under these variants the category rows are per-row accuracy per main category (height,
-location, orientation, multi_object), as lmms-eval computes them; under "authors" they are per question."""
+stripped, is tried against, in order, `^([A-D])[.\\s)]`, `^([A-D])$`, `[Aa]nswer[:\\s]+([A-D])`, `[Tt]he answer
+is[:\\s]+([A-D])`, `[Mm]y answer is[:\\s]+([A-D])`, `\\(([A-D])\\)`, `([A-D])\\.`, `\\b([A-D])\\b` (capital letters
+only: a lone "b" is no answer); the first match is the prediction. "circular": a question (its qid with the `-N`
+rotation suffix dropped, `-flip` kept) is right only when all its option rotations are; "flip_circular": all variants of
+the 8-character base qid; "flip": a question and its flip (qid without "-flip"); "vanilla": every row once. Under these
+variants the category rows are per-row accuracy per main category (height, location, orientation, multi_object), as
+lmms-eval computes them; under "authors" they are per question."""
 
 from __future__ import annotations
 

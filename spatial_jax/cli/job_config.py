@@ -1,0 +1,28 @@
+"""Which TOML file a job command reads when `--config` is not given: the README main job, `configs/tiny_cpu.toml` of
+this checkout (the grounding-pretrained tiny base on the learnable synthetic world). SPATIAL_JAX_DEFAULT_CONFIG names
+another file, or, empty, none: the job is then TrainConfig's own defaults (the tiny random policy on the default
+world, which the tests run)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from spatial_jax.config import load
+
+ENV = "SPATIAL_JAX_DEFAULT_CONFIG"
+MAIN_JOB = Path(__file__).resolve().parents[2] / "configs" / "tiny_cpu.toml"
+
+
+def default_config() -> Path | None:
+    value = os.environ.get(ENV)
+    if value is None:
+        return MAIN_JOB
+    return Path(value) if value else None
+
+
+def load_job(config: str | None, overrides):
+    """The TrainConfig of a job command: `config` (or the default above), then the key=value overrides."""
+    from spatial_jax.rl.config import TrainConfig
+
+    return load(TrainConfig, config if config is not None else default_config(), overrides)
