@@ -3,6 +3,7 @@ logits, byte-identical when regenerated; the shipped base (checkpoints/tiny_base
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -102,3 +103,13 @@ def test_shipped_base_matches_its_manifest_and_transformers():
     main = C.load(TrainConfig, ROOT / "configs" / "tiny_cpu.toml")
     assert main.policy.checkpoint == "checkpoints/tiny_base"
     assert _logits_agree(SHIPPED, main) < TOL
+
+
+def test_main_job_world_is_the_base_world_with_its_own_questions():
+    """configs/tiny_cpu.toml and configs/pretrain_tiny.toml write the world out twice (TOML has no include): they
+    differ only in the sample stream, so the main job's questions are new to the base but of the world it learnt."""
+    base = C.load(TrainConfig, ROOT / "configs" / "pretrain_tiny.toml")
+    main = C.load(TrainConfig, ROOT / "configs" / "tiny_cpu.toml")
+    assert (base.data.synthetic.seed, main.data.synthetic.seed) == (1, 0)
+    assert dataclasses.replace(main.data.synthetic, seed=1) == base.data.synthetic
+    assert (main.policy.min_pixels, main.policy.max_pixels) == (base.policy.min_pixels, base.policy.max_pixels)
