@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_args(argv)
     C.load(TrainConfig, args.config, args.overrides)  # a bad setting fails before any run
+    if args.results and not Path(args.results).is_file():
+        p.error(f"--results {args.results}: no such file (the table goes into an existing RESULTS.md)")
     out = Path(args.out)
     t0 = time.perf_counter()
     per_seed = [run_seed(args.config, out, s, list(args.overrides)) for s in args.seeds]

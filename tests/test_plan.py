@@ -20,9 +20,10 @@ SMALL = ["data.bucket_lengths=[64]", "rl.prompts_per_step=2", "rl.group_size=2",
 PROGRAMS = {"rl_update", "reference_forward", "rollout_prefill", "rollout_decode", "sft_update"}
 
 
-def _plan(tmp_path, capsys, topology, *extra):
+def _plan(tmp_path, capsys, topology, *extra, programs=()):
     out = tmp_path / "plan.json"
-    code = main(["plan", "--topology", topology, "--json", str(out), *SMALL, *extra])
+    only = [arg for name in programs for arg in ("--program", name)]  # options before the key=value overrides
+    code = main(["plan", "--topology", topology, "--json", str(out), *only, *SMALL, *extra])
     printed = capsys.readouterr()
     return code, (json.loads(out.read_text()) if out.exists() else None), printed
 
@@ -118,3 +119,62 @@ def test_tpu_plan_compiles_every_program(tmp_path, capsys):
     # forward, dh and dw kernels (XLA's head would hold none), and splash attention's besides
     assert by_name["rl_update"]["lm_head_kernels"] == 3
     assert by_name["rl_update"]["mosaic_kernels"] > 3
+
+
+def _by_name(report):
+    return {p["name"]: p for p in report["programs"]}
+
+
+def test_rollouts_are_planned_on_the_decoding_copy_as_the_job_samples(tmp_path, capsys, cpu_report):
+    """The rollout programs are the paged engine's (the job's default) on the decoding copy: its KV pool follows
+    `rl.sampling.slots`, its weights `decode.dtype`, and the trainer's master weights stay resident meanwhile."""
+    paged = _by_name(cpu_report[1])
+    assert all("paged" in paged[n]["what"] and "4 slots" in paged[n]["what"]
+               for n in ("rollout_prefill", "rollout_decode"))
+    # while sampling, the masters (float32) are resident beside Adam's state and the KL copy
+    assert paged["rollout_decode"]["resident"] > paged["rl_update"]["resident"] + paged["reference_forward"]["resident"]
+    common = ["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2"]
+    decode = {"programs": ["rollout_decode"]}
+    _, fewer, _ = _plan(tmp_path, capsys, "cpu:8", *common, "rl.sampling.slots=2", **decode)
+    _, f32, _ = _plan(tmp_path, capsys, "cpu:8", *common, "decode.dtype=float32", **decode)
+    fewer, f32 = _by_name(fewer)["rollout_decode"], _by_name(f32)["rollout_decode"]
+    assert "2 slots" in fewer["what"] and fewer["argument"] < paged["rollout_decode"]["argument"]
+    # the tiny policy computes in float32 here, so "auto" already is float32: the same copy, the same arguments
+    assert f32["argument"] == paged["rollout_decode"]["argument"]
+    _, bf16, _ = _plan(tmp_path, capsys, "cpu:8", *common, "decode.dtype=bfloat16", **decode)
+    bf16 = _by_name(bf16)["rollout_decode"]
+    assert bf16["argument"] < f32["argument"] and bf16["resident"] == f32["resident"]
+
+
+def test_the_static_sampler_is_planned_when_the_job_runs_it(tmp_path, capsys):
+    code, report, _ = _plan(tmp_path, capsys, "cpu:4", "mesh.fsdp=4", "rl.sampling.engine=static",
+                            programs=["rollout_prefill", "rollout_decode"])
+    assert code == 0
+    assert {p["name"] for p in report["programs"]} == {"rollout_prefill", "rollout_decode"}
+    assert all(p["what"].startswith("static, 4 ") for p in report["programs"])
+
+
+def test_each_host_of_a_multi_host_slice_decodes_its_own_block():
+    """On a v6e:4x4 slice (4 hosts of 4 chips) the copy sits on host 0's 4 chips (compiled as a v6e:2x2 slice of
+    their own) and decodes a quarter of the rollouts; prompts that do not split among the hosts are a configuration
+    error."""
+    pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]'): no XLA:TPU compiler")
+    from spatial_jax import config as C
+    from spatial_jax.config import ConfigError
+    from spatial_jax.models.sharding import make_mesh
+    from spatial_jax.rl import plan as pl
+    from spatial_jax.rl.config import TrainConfig
+
+    target = pl.parse_target("v6e:4x4")
+    mesh = make_mesh(1, 16, 1, devices=target.devices)
+    cfg = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=16", "rl.prompts_per_step=8", "rl.group_size=2"])
+    policy = pl.abstract_policy(cfg, pl.model_config(cfg), mesh)
+    host = pl.host_slice(target, mesh)
+    assert len(host) == 4 and {tuple(d.coords) for d in host} == {(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)}
+    one_host = pl.parse_target("v6e:2x2")
+    assert pl.host_slice(one_host, make_mesh(1, 4, 1, devices=one_host.devices)) is None
+    dec = pl.decoding(cfg, policy, mesh, pl.Shapes.of(cfg), host)
+    assert dec.processes == 4 and dec.rows == 4 and dec.mesh.devices.size == 4
+    bad = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=16", "rl.prompts_per_step=6"])
+    with pytest.raises(ConfigError, match="does not split among the 4 hosts"):
+        pl.decoding(bad, policy, mesh, pl.Shapes.of(bad))

@@ -53,7 +53,7 @@ class AttentionMask:
         return self.dense is None
 
 
-def _platform() -> str:
+def active_platform() -> str:
     """The platform of the active mesh's devices (jax.set_mesh), else of the default backend."""
     mesh = jax.sharding.get_abstract_mesh()
     device = None if mesh is None or mesh.empty else mesh.abstract_device
@@ -64,7 +64,7 @@ def resolve_impl(impl: str, dtype, platform: str | None = None) -> str:
     """The implementation `impl` ("auto" or a name) means for inputs of `dtype` on `platform`."""
     if impl not in IMPLS:
         raise ValueError(f"attention implementation must be one of {IMPLS}, got {impl!r}")
-    platform = platform or _platform()
+    platform = platform or active_platform()
     sixteen_bit = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
     if impl == "auto":
         if platform == "tpu":
@@ -213,7 +213,7 @@ def splash(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None
     B, T, H, D = q.shape
     S, Hkv = k.shape[1], k.shape[2]
     if interpret is None:
-        interpret = _platform() != "tpu"
+        interpret = active_platform() != "tpu"
     q_seg = mask.segment_ids.astype(jnp.int32)
     kv_seg = q_seg if mask.kv_segment_ids is None else mask.kv_segment_ids.astype(jnp.int32)
     tp, sp = -(-T // SPLASH_ALIGN) * SPLASH_ALIGN, -(-S // SPLASH_ALIGN) * SPLASH_ALIGN

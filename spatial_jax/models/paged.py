@@ -18,7 +18,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from spatial_jax.models.attention import AttentionMask, mesh_specs, resolve_impl
+from spatial_jax.models.attention import AttentionMask, active_platform, mesh_specs, resolve_impl
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.sharding import constrain
 
@@ -103,10 +103,14 @@ def read(pool: jax.Array, index: PagedIndex) -> jax.Array:
     return jnp.moveaxis(got.reshape(kv, B, S, hd), 0, 2)
 
 
-def uses_kernel(impl: str, dtype, T: int) -> bool:
+def uses_kernel(impl: str, dtype, T: int, head_dim: int = 128) -> bool:
     """Whether a call of T tokens per row decodes with the TPU paged-attention kernel: one token and attention
-    resolving to the TPU kernels (splash: on TPU, or asked for by name, then in the Pallas TPU interpreter)."""
-    return T == 1 and resolve_impl(impl, dtype) == "splash"
+    resolving to the TPU kernels (splash: on TPU, or asked for by name, then in the Pallas TPU interpreter). On a
+    TPU the kernel's blocks span whole heads, which Mosaic tiles only at a multiple of 128 lanes: a smaller head
+    (a tiny test policy's) decodes on the XLA path there."""
+    if T != 1 or resolve_impl(impl, dtype) != "splash":
+        return False
+    return head_dim % 128 == 0 or active_platform() != "tpu"
 
 
 def decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, index: PagedIndex, scale: float

@@ -2,9 +2,12 @@
 
 `plan(cfg, "v5p:2x4x4")` builds the recipe's policy abstractly (nnx.eval_shape: shapes, dtypes and shardings, no
 weights and no checkpoint read), lays its state out on the recipe's mesh over the target's devices, and compiles
-ahead of time, at the recipe's real shapes, the RL update (one micro-batch), rollout prefill and the decode loop at
-the rollout batch, the KL reference forward and the SFT step. Each program's per-chip memory comes from the
-compiler's own buffer assignment (`memory_analysis`), its FLOPs from `cost_analysis`.
+ahead of time, at the recipe's real shapes, the RL update (one micro-batch), the KL reference forward, the SFT step,
+and the rollouts as the job samples them: on host 0's decoding copy (its chips, the decode dtype), host 0's block of
+the rollouts, through the configured engine (the paged engine's widest prefill and decode chunk at its slots and
+page pool, or the static sampler's prefill and decode loop), with the trainer's state resident meanwhile. Each
+program's per-chip memory comes from the compiler's own buffer assignment (`memory_analysis`), its FLOPs from
+`cost_analysis`.
 
 Targets: a TPU topology ("v5p:2x4x4", "v6e:4x4"; libtpu compiles for it from a CPU host), `cpu:N` (N host devices),
 or `gpu:<chip>x<count>` ("gpu:h100x8"). jaxlib builds without a CUDA plugin cannot compile for a GPU target without
@@ -26,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spatial_jax.config import ConfigError
@@ -39,13 +42,16 @@ from spatial_jax.rl import step as st
 from spatial_jax.rl.config import TrainConfig, validate
 from spatial_jax.rl.optim import make_optimizer
 from spatial_jax.rl.policy import image_config, trainable_filter
-from spatial_jax.rollout import sampler
+from spatial_jax.rollout import engine, sampler
+from spatial_jax.rollout.decode_copy import decode_mesh
+from spatial_jax.rollout.engine import Engine, Request
 from spatial_jax.rollout.multiturn import required_cache_len
 
 GiB = 1 << 30
 # HBM per chip, by the generation prefix of a topology name
 TPU_HBM_GIB = {"v4": 32, "v5e": 16, "v5litepod": 16, "v5p": 95, "v6e": 32}
 GPU_HBM_GIB = {"a100": 80, "h100": 80, "h200": 141, "b200": 180}
+GPUS_PER_HOST = 8  # a GPU target of more chips is hosts of 8, each decoding its own block of rollouts
 
 # Architectures by name, for planning without the checkpoint directory: the fields of Qwen3-VL's config.json that
 # shape the model (the published 4B and 8B; Instruct and Thinking share them).
@@ -136,17 +142,20 @@ def model_config(cfg: TrainConfig) -> ModelConfig:
                       remat_policy=pc.remat_policy, scan_layers=pc.scan_layers, attention_chunk=pc.attention_chunk)
 
 
-def _placed(tree, mesh, names_of=variable_names):
+def _placed(tree, mesh, names_of=variable_names, float_dtype=None):
     """Every array leaf of an abstract tree as a ShapeDtypeStruct laid out by its logical names (Variables) or
-    replicated (anything else)."""
+    replicated (anything else); floating leaves in `float_dtype` when given (the decoding copy's cast)."""
+
+    def dtype_of(x):
+        return float_dtype if float_dtype is not None and jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
 
     def one(x):
         if isinstance(x, nnx.Variable):
             value = x.get_value()
             names = names_of(x)
             spec = P() if names is None else logical_to_spec(names, value.shape, mesh)
-            return x.replace(jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=NamedSharding(mesh, spec)))
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P()))
+            return x.replace(jax.ShapeDtypeStruct(value.shape, dtype_of(value), sharding=NamedSharding(mesh, spec)))
+        return jax.ShapeDtypeStruct(x.shape, dtype_of(x), sharding=NamedSharding(mesh, P()))
 
     return jax.tree.map(one, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
@@ -283,28 +292,123 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
 
 @dataclasses.dataclass
 class Abstract:
-    """The policy as the trainer holds it, abstract and placed: graphdef, trainable, frozen, and the whole state
-    (the sampler's view)."""
+    """The policy as the trainer holds it, abstract and placed: graphdef, trainable and frozen state."""
 
     model: Qwen3VL
     graphdef: Any
     trainable: Any
     frozen: Any
-    sampler_graphdef: Any
-    params: Any
 
 
 def abstract_policy(cfg: TrainConfig, mc: ModelConfig, mesh) -> Abstract:
     model = nnx.eval_shape(lambda: Qwen3VL(mc, rngs=nnx.Rngs(cfg.policy.init_seed)))
     graphdef, trainable, frozen = nnx.split(model, trainable_filter(cfg.policy), ...)
-    sampler_graphdef, params = nnx.split(model)
-    return Abstract(model, graphdef, _placed(trainable, mesh), _placed(frozen, mesh), sampler_graphdef,
-                    _placed(params, mesh))
+    return Abstract(model, graphdef, _placed(trainable, mesh), _placed(frozen, mesh))
+
+
+@dataclasses.dataclass
+class Decoding:
+    """What rollouts run on (rollout/decode_copy.py): the decoding copy of process 0 of the training mesh, on that
+    process's own devices, and the rollouts it decodes (its block of every batch, rollout/hosts.py)."""
+
+    mesh: Mesh
+    graphdef: Any
+    params: Any  # the copy: every weight in the decode dtype, laid out on `mesh`
+    processes: int  # processes holding devices of the training mesh (each decodes its own block)
+    rows: int
+
+
+def host_slice(target: Target, mesh) -> tuple | None:
+    """Host 0's chips of a TPU mesh spanning several hosts, as a slice of their own (e.g. v6e:2x2 of v6e:4x4): a
+    program on some chips of a larger topology does not compile (XLA:TPU numbers its devices within the program),
+    and a host's decode program spans only its own chips. None when the mesh is one host's."""
+    local = [d for d in mesh.devices.flat if d.process_index == 0]
+    if target.platform != "tpu" or len(local) == mesh.devices.size:
+        return None
+    coords = np.asarray([d.coords for d in local])
+    dims = coords.max(axis=0) - coords.min(axis=0) + 1
+    if target.chip in ("v5e", "v5litepod", "v6e"):  # 2-D slices
+        dims = dims[:2]
+    return parse_target(f"{target.chip}:{'x'.join(str(int(n)) for n in dims)}").devices
+
+
+def decoding(cfg: TrainConfig, policy: Abstract, mesh, shapes: Shapes, host: tuple | None = None) -> Decoding:
+    """The decoding copy as process 0 holds it while it samples its share of `shapes.rollouts` (on `host`, its
+    chips as their own slice, when given: `host_slice`)."""
+    processes = len({d.process_index for d in mesh.devices.flat})
+    if cfg.rl.prompts_per_step % processes:
+        raise ConfigError(f"rl.prompts_per_step={cfg.rl.prompts_per_step} does not split among the {processes} "
+                          "hosts of the mesh (each host decodes its own block of prompts)")
+    own = mesh if host is None else make_mesh(1, len(host), 1, devices=list(host))
+    dmesh = decode_mesh(own, cfg.decode.tensor)
+    dtype = jnp.dtype(policy.model.cfg.dtype if cfg.decode.dtype == "auto" else cfg.decode.dtype)
+    graphdef, state = nnx.split(policy.model)
+    return Decoding(dmesh, graphdef, _placed(state, dmesh, float_dtype=dtype), processes,
+                    shapes.rollouts // processes)
+
+
+def _static_programs(cfg, mc, policy, dec: Decoding, shapes, grid, resident, run) -> list[Program]:
+    """The static sampler's prefill and decode loop (sampling.engine = "static") over process 0's rollouts."""
+    B, sc, out = dec.rows, cfg.rl.sampling, []
+    where = f"on {dec.mesh.devices.size} chips of host 0 of {dec.processes}"
+    if "rollout_prefill" in run:
+        ids, mask, pixels, grids = _rows(mc, B, shapes.prompt, grid)
+        positions, deltas = get_rope_index(ids, grids, mask, image_token_id=mc.image_token_id,
+                                           spatial_merge_size=mc.vision.spatial_merge_size)
+        tokens = [jax.ShapeDtypeStruct(x.shape, jnp.int32, sharding=_spec_on(dec.mesh, B, x.ndim, axis))
+                  for x, axis in ((ids, 0), (mask, 0), (positions, 1), (deltas, 0))]
+        vision = _replicated(prepare_vision_inputs(pixels, grids, mc.vision), dec.mesh)
+        args = (dec.graphdef, dec.params, _sampler_state(policy, dec.mesh, B, shapes.cache), *tokens, vision)
+        out.append(_measure(dec.mesh, "rollout_prefill", f"static, {B} prompts x {shapes.prompt} tokens, cache "
+                            f"{shapes.cache}, {where}", sampler._extend_jit, args, resident))
+    if "rollout_decode" in run:
+        sampling = dataclasses.replace(sc, seed=0, stop_token_ids=(), suppress_token_ids=())
+        args = (dec.graphdef, dec.params, _sampler_state(policy, dec.mesh, B, shapes.cache),
+                _ints(dec.mesh, 1), _ints(dec.mesh, 2), sampling)
+        out.append(_measure(dec.mesh, "rollout_decode", f"static, {B} rows, up to {sc.max_new_tokens} tokens, cache "
+                            f"{shapes.cache}, {where}", sampler._decode_jit, args, resident))
+    return out
+
+
+def _paged_programs(cfg, mc, policy, dec: Decoding, shapes, grid, resident, run) -> list[Program]:
+    """The paged engine's programs (sampling.engine = "paged", rollout/engine.py) at their largest shapes: the
+    prefill admitting every slot's prompt at once, and a decode chunk with every slot holding its longest context.
+    The KV pool is `sampling.pages` pages (default: every slot's longest request), the rows `sampling.slots`
+    (default: all of the host's rollouts)."""
+    sc, out = cfg.rl.sampling, []
+    eng = Engine(policy.model, sc, slots=sc.slots or dec.rows, max_len=shapes.cache, page_size=sc.page_size,
+                 pages=sc.pages, chunk=sc.chunk)
+    S = eng.slots
+    kv_spec = NamedSharding(dec.mesh, P(*logical_to_spec(("act_kv_heads", None, None, None),
+                                                       (mc.text.num_key_value_heads, 1, 1, 1), dec.mesh)))
+    pool = tuple(jax.ShapeDtypeStruct((mc.text.num_key_value_heads, eng.pages, eng.page_size, mc.text.head_dim),
+                                      jnp.dtype(mc.dtype), sharding=kv_spec) for _ in range(mc.text.num_hidden_layers))
+    logits = jax.ShapeDtypeStruct((S, mc.text.vocab_size), jnp.float32, sharding=NamedSharding(dec.mesh, P()))
+    where = (f"{S} slots, {eng.pages} pages of {eng.page_size}, up to {shapes.cache} tokens a request, on "
+             f"{dec.mesh.devices.size} chips of host 0 of {dec.processes}")
+    if "rollout_prefill" in run:
+        ids, _, pixels, grids = _rows(mc, 1, shapes.prompt, grid)
+        inputs = eng.widest_prefill_inputs(Request(ids[0], 0, pixels, grids), cfg.rl.group_size)
+        args = (dec.graphdef, dec.params, pool, pool, logits, *_replicated(inputs, dec.mesh))
+        out.append(_measure(dec.mesh, "rollout_prefill", f"paged, {S} prompts x {shapes.prompt} tokens, {where}",
+                            engine._prefill_jit, args, resident))
+    if "rollout_decode" in run:
+        inputs = eng.widest_chunk_inputs()
+        static = dataclasses.replace(sc, seed=0, stop_token_ids=(), suppress_token_ids=())
+        args = (dec.graphdef, dec.params, pool, pool, logits, *_replicated(inputs, dec.mesh),
+                _ints(dec.mesh, 2, jnp.uint32), _ints(dec.mesh, 1), _ints(dec.mesh, 2), static, eng.chunk)
+        out.append(_measure(dec.mesh, "rollout_decode", f"paged, a chunk of {eng.chunk} steps, {where}",
+                            engine._chunk_jit, args, resident))
+    return out
+
+
+def _ints(mesh, n: int, dtype=jnp.int32):
+    return jax.ShapeDtypeStruct((n,), dtype, sharding=NamedSharding(mesh, P()))
 
 
 def _sampler_state(policy: Abstract, mesh, batch: int, max_len: int):
-    """The sampler's state for `batch` rows and a `max_len` cache, placed as under the trainer's mesh (rows over
-    the batch axes, KV heads over `tensor`); its cache index is traced, so one compile serves every position."""
+    """The static sampler's state for `batch` rows and a `max_len` cache on `mesh` (rows over the batch axes, KV
+    heads over `tensor`); its cache index is traced, so one compile serves every position."""
     state = jax.eval_shape(lambda: sampler.init_state(policy.model, batch, max_len))
     kv = logical_to_spec(("batch", "cache_seq", "act_kv_heads", None), state.cache.keys[0].shape, mesh)
 
@@ -352,8 +456,9 @@ class Shapes:
 PROGRAMS = ("rl_update", "reference_forward", "rollout_prefill", "rollout_decode", "sft_update")
 
 
-def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = ()) -> list[Program]:
-    """Compiles each program the job runs (or those named in `only`) for `mesh`'s devices; returns their figures.
+def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | None = None) -> list[Program]:
+    """Compiles each program the job runs (or those named in `only`) for `mesh`'s devices (the rollouts' for
+    `host`'s, when given: `host_slice`); returns their figures.
     Host arrays are built outside the mesh (under it jnp.asarray would place them on its devices); only the
     lowering runs under it."""
     mc = model_config(cfg)
@@ -369,7 +474,6 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = ()) -> list[Program
     rl_opt = _opt_state(rl_tx, policy.trainable, mesh)
     # the KL reference of full fine-tuning is a copy of the trainable weights (workspace.start_reference)
     reference = _local_bytes(policy.trainable, mesh) if rc.loss.kl_coef > 0 and not adapters else 0
-    sampling_resident = _local_bytes(rl_opt, mesh) + reference
     run = {name for name in PROGRAMS if not only or name in only}
     if rc.steps == 0:
         run -= {"rl_update", "reference_forward", "rollout_prefill", "rollout_decode"}
@@ -378,7 +482,7 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = ()) -> list[Program
     if cfg.sft.steps == 0:
         run.discard("sft_update")
     out: list[Program] = []
-    R, B = shapes.micro_batch, shapes.rollouts
+    R = shapes.micro_batch
     seq = None
     if run & {"rl_update", "reference_forward"}:
         seq = _seq_batch(mc, R, shapes.prompt, shapes.completion, grid)
@@ -391,24 +495,14 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = ()) -> list[Program
     if "reference_forward" in run:
         args = (policy.graphdef, policy.trainable, policy.frozen, _batch_placed(seq, mesh, R), temperature)
         out.append(_measure(mesh, "reference_forward", what, st.reference_logprobs, args, _local_bytes(rl_opt, mesh)))
-    if "rollout_prefill" in run:
-        ids, mask, pixels, grids = _rows(mc, B, shapes.prompt, grid)
-        positions, deltas = get_rope_index(ids, grids, mask, image_token_id=mc.image_token_id,
-                                           spatial_merge_size=mc.vision.spatial_merge_size)
-        tokens = [jax.ShapeDtypeStruct(x.shape, jnp.int32, sharding=_spec_on(mesh, B, x.ndim, axis))
-                  for x, axis in ((ids, 0), (mask, 0), (positions, 1), (deltas, 0))]
-        vision = _replicated(prepare_vision_inputs(pixels, grids, mc.vision), mesh)
-        args = (policy.sampler_graphdef, policy.params, _sampler_state(policy, mesh, B, shapes.cache), *tokens, vision)
-        out.append(_measure(mesh, "rollout_prefill", f"{B} prompts x {shapes.prompt} tokens, cache {shapes.cache}",
-                            sampler._extend_jit, args, sampling_resident))
-    if "rollout_decode" in run:
-        sampling = dataclasses.replace(rc.sampling, seed=0, stop_token_ids=(), suppress_token_ids=())
-        stop = jax.ShapeDtypeStruct((1,), jnp.int32, sharding=NamedSharding(mesh, P()))
-        suppressed = jax.ShapeDtypeStruct((2,), jnp.int32, sharding=NamedSharding(mesh, P()))
-        args = (policy.sampler_graphdef, policy.params, _sampler_state(policy, mesh, B, shapes.cache), stop,
-                suppressed, sampling)
-        out.append(_measure(mesh, "rollout_decode", f"{B} rows, up to {rc.sampling.max_new_tokens} tokens, cache "
-                            f"{shapes.cache}", sampler._decode_jit, args, sampling_resident))
+    if run & {"rollout_prefill", "rollout_decode"}:
+        # while the copy samples, every chip still holds its shard of the trainer's state: the master weights,
+        # Adam's state and the KL reference
+        resident = (_local_bytes(policy.trainable, mesh) + _local_bytes(policy.frozen, mesh)
+                    + _local_bytes(rl_opt, mesh) + reference)
+        dec = decoding(cfg, policy, mesh, shapes, host)
+        rollout = _paged_programs if rc.sampling.engine == "paged" else _static_programs
+        out += rollout(cfg, mc, policy, dec, shapes, grid, resident, run)
     if "sft_update" in run:
         S = cfg.sft.batch_size
         sft_seq = _sft_seq(mc, S, shapes.prompt, grid)
@@ -490,7 +584,7 @@ def plan(cfg: TrainConfig, topology: str, *, config_name: str = "", only: tuple[
     if target.platform == "gpu":
         return Report(config_name, target, mesh_shape, estimate_gpu(cfg, target), estimate=True)
     mesh = make_mesh(*mesh_shape, devices=target.devices[: cfg.mesh.size])
-    return Report(config_name, target, mesh_shape, programs(cfg, mesh, only))
+    return Report(config_name, target, mesh_shape, programs(cfg, mesh, only, host_slice(target, mesh)))
 
 
 # ---- GPU targets: an analytic estimate ------------------------------------------------------------------------
@@ -597,19 +691,34 @@ def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
             resident = sampling_resident - reference
             out.append(Program("reference_forward", what, weights, 0, 0, int(temp), int(weights + temp + resident),
                                0.0, None, resident))
-        B = shapes.rollouts / shards
-        kv_shards = max(1, min(tensor, t.num_key_value_heads))
-        cache = B * shapes.cache * t.num_hidden_layers * 2 * t.num_key_value_heads * t.head_dim * b / kv_shards
+        # rollouts run on each host's decoding copy (rollout/decode_copy.py), the trainer's state resident meanwhile
+        hosts = -(-cfg.mesh.size // GPUS_PER_HOST)
+        local = cfg.mesh.size // hosts
+        dec_tensor = cfg.decode.tensor or local
+        dec_mesh = jax.sharding.AbstractMesh((local // dec_tensor, 1, dec_tensor), ("data", "fsdp", "tensor"))
+        dec_dtype = jnp.dtype(mc.dtype if cfg.decode.dtype == "auto" else cfg.decode.dtype)
+        copy = _local_bytes(_placed(nnx.state(model), dec_mesh, float_dtype=dec_dtype), dec_mesh)
+        resident = weights + sampling_resident
+        sc, rows = rc.sampling, shapes.rollouts / hosts
+        kv_shards = max(1, min(dec_tensor, t.num_key_value_heads))
+        per_token = t.num_hidden_layers * 2 * t.num_key_value_heads * t.head_dim * b / kv_shards
+        if sc.engine == "paged":  # a pool of pages, whole on each device of the copy; `slots` rows at a time
+            slots = sc.slots or int(rows)
+            pages = sc.pages or slots * -(-shapes.cache // sc.page_size) + 1
+            B, cache, how = slots, pages * sc.page_size * per_token, f"paged, {slots} slots, {pages} pages"
+        else:  # the static sampler: every row's whole cache, rows over the copy's data axis
+            B = rows / dec_mesh.axis_sizes[0]
+            cache, how = B * shapes.cache * per_token, f"static, {int(rows)} rows"
         logits = B * t.vocab_size * 4
-        prefill = (_forward_working_set(mc, B, shapes.prompt, shapes.cache, tensor)
-                   + _vision_bytes(mc, B, grid, False))
-        out.append(Program("rollout_prefill", f"{shapes.rollouts} prompts x {shapes.prompt} tokens, cache "
-                           f"{shapes.cache}", int(weights + cache), int(cache), int(cache), int(prefill + logits),
-                           int(weights + cache + prefill + logits + sampling_resident), 0.0, None, sampling_resident))
-        decode = 4 * logits + B * rc.sampling.max_new_tokens * 16
-        out.append(Program("rollout_decode", f"{shapes.rollouts} rows, up to {rc.sampling.max_new_tokens} tokens, "
-                           f"cache {shapes.cache}", int(weights + cache), int(cache), int(cache), int(decode),
-                           int(weights + cache + decode + sampling_resident), 0.0, None, sampling_resident))
+        prefill = (_forward_working_set(mc, B, shapes.prompt, shapes.cache, dec_tensor)
+                   + _vision_bytes(mc, max(1.0, B / rc.group_size), grid, False))
+        shape = f"{how} per host of {local}, up to {shapes.cache} tokens a row"
+        out.append(Program("rollout_prefill", f"{shape}, prompts of {shapes.prompt}", int(copy + cache), int(cache),
+                           int(cache), int(prefill + logits), int(copy + cache + prefill + logits + resident), 0.0,
+                           None, resident))
+        decode = 4 * logits + B * sc.max_new_tokens * 16
+        out.append(Program("rollout_decode", shape, int(copy + cache), int(cache), int(cache), int(decode),
+                           int(copy + cache + decode + resident), 0.0, None, resident))
     if cfg.sft.steps > 0:
         S = cfg.sft.batch_size
         out.append(update("sft_update", S, shapes.prompt, f"{S} rows x {shapes.prompt} tokens", False,

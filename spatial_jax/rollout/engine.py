@@ -93,8 +93,13 @@ def _window(pages: int, engine: Engine) -> int:
     return min(max(_pow2(pages), -(-MIN_WINDOW_TOKENS // engine.page_size)), engine.max_pages)
 
 
-def _field(slots: list[_Slot], name: str) -> jax.Array:
-    return jnp.asarray(np.asarray([getattr(s, name) for s in slots], np.int32))
+def _field(slots: list[_Slot], name: str) -> np.ndarray:
+    return np.asarray([getattr(s, name) for s in slots], np.int32)
+
+
+def _on_device(x):
+    """Host arrays as device arrays (vision inputs and None as they are: jit places those itself)."""
+    return jnp.asarray(x) if isinstance(x, np.ndarray) else x
 
 
 def _pow2(n: int, floor: int = 1) -> int:
@@ -248,15 +253,9 @@ class Engine:
                 continue
             self.stats["chunks"] += 1
             self.stats["paused"] += sum(s.live for s in slots) - len(ok)
-            window = _window(max(len(s.pages) for s in slots), self)
-            table = np.full((self.slots, window), SCRATCH_PAGE, np.int32)
-            for j, s in enumerate(slots):
-                table[j, : len(s.pages)] = s.pages
-            state, out = _chunk_jit(
-                graphdef, params, keys, values, logits, jnp.asarray(table), _field(slots, "length"),
-                _field(slots, "rope_delta"), jnp.asarray(np.asarray(runnable, bool)), _field(slots, "row_id"),
-                _field(slots, "drawn"), _field(slots, "budget"), base_key, stop_ids, suppressed, static_cfg,
-                self.chunk)
+            state, out = _chunk_jit(graphdef, params, keys, values, logits,
+                                    *map(_on_device, self._chunk_inputs(slots, runnable)), base_key, stop_ids,
+                                    suppressed, static_cfg, self.chunk)
             keys, values, logits = state[0], state[1], state[2]
             lengths, live, drawn, budget, stopped = (np.asarray(x) for x in state[3:])
             toks, lps, ents, m = (np.asarray(x) for x in out)
@@ -287,8 +286,47 @@ class Engine:
             raise ValueError(f"KV cache overflow: request {i} holds {tokens} tokens and may draw "
                              f"{self.cfg.max_new_tokens} more, over max_len={self.max_len}")
 
+    def widest_prefill_inputs(self, request: Request, group_size: int = 1) -> tuple:
+        """The inputs of the largest prefill a run of copies of `request` makes (every slot admitting one at once,
+        G = group_size consecutive slots sharing its images): what `_prefill_jit` takes after the KV state, for
+        `plan` to compile."""
+        need = -(-(len(request.tokens) + 1) // self.page_size)
+        slots = [_Slot(request=i, pages=[SCRATCH_PAGE] * need, row_id=i,
+                       pending=dataclasses.replace(request, row_id=i, group=i // group_size))
+                 for i in range(self.slots)]
+        return self._prefill_inputs(slots, slots)[:-1]
+
+    def widest_chunk_inputs(self) -> tuple[np.ndarray, ...]:
+        """The per-slot inputs of the largest decode chunk (every slot live at its longest context): what
+        `_chunk_jit` takes between the KV state and the key, for `plan` to compile."""
+        slots = [_Slot(request=i, pages=[SCRATCH_PAGE] * self.max_pages, row_id=i, live=True)
+                 for i in range(self.slots)]
+        return self._chunk_inputs(slots, [True] * self.slots)
+
+    def _chunk_inputs(self, slots: list[_Slot], runnable: Sequence[bool]) -> tuple[np.ndarray, ...]:
+        """A decode chunk's per-slot arrays: page table [slots, window], lengths, rope deltas, runnable, row ids,
+        draws so far and budgets."""
+        table = np.full((self.slots, _window(max(len(s.pages) for s in slots), self)), SCRATCH_PAGE, np.int32)
+        for j, s in enumerate(slots):
+            table[j, : len(s.pages)] = s.pages
+        return (table, _field(slots, "length"), _field(slots, "rope_delta"), np.asarray(runnable, bool),
+                _field(slots, "row_id"), _field(slots, "drawn"), _field(slots, "budget"))
+
     def _prefill(self, graphdef, params, keys, values, logits, slots, batch):
         """Writes each batch slot's pending tokens into its pages; the slot becomes live with a fresh round."""
+        *inputs, deltas = self._prefill_inputs(slots, batch)
+        keys, values, logits = _prefill_jit(graphdef, params, keys, values, logits, *map(_on_device, inputs))
+        for b, s in enumerate(batch):
+            s.length += len(s.pending.tokens)
+            s.rope_delta += int(deltas[b])
+            cap = s.pending.max_new_tokens
+            s.pending, s.live = None, True
+            s.budget = self.cfg.max_new_tokens if cap is None else max(1, min(cap, self.cfg.max_new_tokens))
+        return keys, values, logits
+
+    def _prefill_inputs(self, slots: list[_Slot], batch: list[_Slot]) -> tuple:
+        """A prefill's host inputs for the `batch` slots' pending tokens: page table, cached lengths, ids, mask,
+        M-RoPE positions, vision inputs (or None) and each row's slot, then each row's rope delta."""
         cfg = self.model.cfg
         n = _pow2(len(batch))
         T = _pow2(max(len(s.pending.tokens) for s in batch), 8)
@@ -322,16 +360,7 @@ class Engine:
             vision = prepare_vision_inputs(np.concatenate(pixels), grid, cfg.vision, buckets=cfg.vision_buckets,
                                            num_frames=_pow2(frames), row_group=row_group, row_image_counts=counts)
         positions = np.where(mask[None] > 0, rel + offsets[None, :, None], 0).astype(np.int32)
-        keys, values, logits = _prefill_jit(graphdef, params, keys, values, logits, jnp.asarray(table),
-                                            jnp.asarray(lengths), jnp.asarray(ids), jnp.asarray(mask),
-                                            jnp.asarray(positions), vision, jnp.asarray(where))
-        for b, s in enumerate(batch):
-            s.length += len(s.pending.tokens)
-            s.rope_delta += int(deltas[b])
-            cap = s.pending.max_new_tokens
-            s.pending, s.live = None, True
-            s.budget = self.cfg.max_new_tokens if cap is None else max(1, min(cap, self.cfg.max_new_tokens))
-        return keys, values, logits
+        return table, lengths, ids, mask, positions, vision, where, deltas
 
 
 def split_rows(input_ids, attention_mask, pixel_values=None, image_grid_thw=None, image_counts=None, row_ids=None,
