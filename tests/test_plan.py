@@ -128,29 +128,37 @@ def _by_name(report):
 def test_rollouts_are_planned_on_the_decoding_copy_as_the_job_samples(tmp_path, capsys, cpu_report):
     """The rollout programs are the paged engine's (the job's default) on the decoding copy: its KV pool follows
     `rl.sampling.slots`, its weights `decode.dtype`, and the trainer's master weights stay resident meanwhile."""
+    from spatial_jax import config as C
+    from spatial_jax.models.sharding import make_mesh
+    from spatial_jax.rl import plan as pl
+    from spatial_jax.rl.config import TrainConfig
+
     paged = _by_name(cpu_report[1])
     assert all("paged" in paged[n]["what"] and "4 slots" in paged[n]["what"]
                for n in ("rollout_prefill", "rollout_decode"))
     # while sampling, the masters (float32) are resident beside Adam's state and the KL copy
     assert paged["rollout_decode"]["resident"] > paged["rl_update"]["resident"] + paged["reference_forward"]["resident"]
-    common = ["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2"]
-    decode = {"programs": ["rollout_decode"]}
-    _, fewer, _ = _plan(tmp_path, capsys, "cpu:8", *common, "rl.sampling.slots=2", **decode)
-    _, f32, _ = _plan(tmp_path, capsys, "cpu:8", *common, "decode.dtype=float32", **decode)
-    fewer, f32 = _by_name(fewer)["rollout_decode"], _by_name(f32)["rollout_decode"]
+    _, fewer, _ = _plan(tmp_path, capsys, "cpu:8", "mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2",
+                        "rl.sampling.slots=2", programs=["rollout_decode"])
+    fewer = _by_name(fewer)["rollout_decode"]
     assert "2 slots" in fewer["what"] and fewer["argument"] < paged["rollout_decode"]["argument"]
-    # the tiny policy computes in float32 here, so "auto" already is float32: the same copy, the same arguments
-    assert f32["argument"] == paged["rollout_decode"]["argument"]
-    _, bf16, _ = _plan(tmp_path, capsys, "cpu:8", *common, "decode.dtype=bfloat16", **decode)
-    bf16 = _by_name(bf16)["rollout_decode"]
-    assert bf16["argument"] < f32["argument"] and bf16["resident"] == f32["resident"]
+    assert fewer["resident"] == paged["rollout_decode"]["resident"]
+    # the copy is cast to decode.dtype ("auto": the compute dtype, float32 for the tiny policy here)
+    mesh = make_mesh(2, 2, 2, devices=pl.parse_target("cpu:8").devices)
+    sizes, layout = {}, ["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2"]
+    for dtype in ("auto", "float32", "bfloat16"):
+        cfg = C.load(TrainConfig, None, [*SMALL, *layout, f"decode.dtype={dtype}"])
+        dec = pl.decoding(cfg, pl.abstract_policy(cfg, pl.model_config(cfg), mesh), mesh, pl.Shapes.of(cfg))
+        assert dec.processes == 1 and dec.rows == 4 and dec.mesh.devices.size == 8
+        sizes[dtype] = pl._local_bytes(dec.params, dec.mesh)
+    assert sizes["auto"] == sizes["float32"] and 0.45 < sizes["bfloat16"] / sizes["float32"] < 0.55
 
 
 def test_the_static_sampler_is_planned_when_the_job_runs_it(tmp_path, capsys):
     code, report, _ = _plan(tmp_path, capsys, "cpu:4", "mesh.fsdp=4", "rl.sampling.engine=static",
-                            programs=["rollout_prefill", "rollout_decode"])
+                            programs=["rollout_decode"])
     assert code == 0
-    assert {p["name"] for p in report["programs"]} == {"rollout_prefill", "rollout_decode"}
+    assert {p["name"] for p in report["programs"]} == {"rollout_decode"}
     assert all(p["what"].startswith("static, 4 ") for p in report["programs"])
 
 
