@@ -341,8 +341,8 @@ def decoding(cfg: TrainConfig, policy: Abstract, mesh, shapes: Shapes, host: tup
                           "hosts of the mesh (each host decodes its own block of prompts)")
     own = mesh if host is None else make_mesh(1, len(host), 1, devices=list(host))
     dmesh = decode_mesh(own, cfg.decode.tensor)
-    dtype = jnp.dtype(policy.model.cfg.dtype if cfg.decode.dtype == "auto" else cfg.decode.dtype)
     graphdef, state = nnx.split(policy.model)
+    dtype = cfg.decode.weights_dtype(policy.model.cfg.dtype)
     return Decoding(dmesh, graphdef, _placed(state, dmesh, float_dtype=dtype), processes,
                     shapes.rollouts // processes)
 
@@ -564,7 +564,7 @@ def over_message(report: Report) -> str:
     parts = [f"{p.name} needs {fmt_bytes(p.peak)} per chip, {fmt_bytes(excess)} over the {fmt_bytes(t.hbm_bytes)} of a "
              f"{t.chip} chip" for p, excess in report.over()]
     return (f"{report.config} does not fit {t.name}: " + "; ".join(parts) +
-            " (raise mesh.fsdp / mesh.tensor, set policy.remat_policy, or lower rl.micro_batch)")
+            " (raise mesh.fsdp / mesh.tensor, set policy.remat_policy, or lower rl.micro_batch or rl.sampling.slots)")
 
 
 def plan(cfg: TrainConfig, topology: str, *, config_name: str = "", only: tuple[str, ...] = (),
@@ -696,18 +696,18 @@ def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
         local = cfg.mesh.size // hosts
         dec_tensor = cfg.decode.tensor or local
         dec_mesh = jax.sharding.AbstractMesh((local // dec_tensor, 1, dec_tensor), ("data", "fsdp", "tensor"))
-        dec_dtype = jnp.dtype(mc.dtype if cfg.decode.dtype == "auto" else cfg.decode.dtype)
+        dec_dtype = cfg.decode.weights_dtype(mc.dtype)
         copy = _local_bytes(_placed(nnx.state(model), dec_mesh, float_dtype=dec_dtype), dec_mesh)
         resident = weights + sampling_resident
         sc, rows = rc.sampling, shapes.rollouts / hosts
         kv_shards = max(1, min(dec_tensor, t.num_key_value_heads))
-        per_token = t.num_hidden_layers * 2 * t.num_key_value_heads * t.head_dim * b / kv_shards
-        if sc.engine == "paged":  # a pool of pages, whole on each device of the copy; `slots` rows at a time
-            slots = sc.slots or int(rows)
-            pages = sc.pages or slots * -(-shapes.cache // sc.page_size) + 1
-            B, cache, how = slots, pages * sc.page_size * per_token, f"paged, {slots} slots, {pages} pages"
+        if sc.engine == "paged":  # the engine's pool of pages, whole on each device of the copy; `slots` at a time
+            eng = Engine(model, sc, slots=sc.slots or int(rows), max_len=shapes.cache, page_size=sc.page_size,
+                         pages=sc.pages, chunk=sc.chunk)
+            B, cache, how = eng.slots, eng.kv_bytes / kv_shards, f"paged, {eng.slots} slots, {eng.pages} pages"
         else:  # the static sampler: every row's whole cache, rows over the copy's data axis
             B = rows / dec_mesh.axis_sizes[0]
+            per_token = t.num_hidden_layers * 2 * t.num_key_value_heads * t.head_dim * b / kv_shards
             cache, how = B * shapes.cache * per_token, f"static, {int(rows)} rows"
         logits = B * t.vocab_size * 4
         prefill = (_forward_working_set(mc, B, shapes.prompt, shapes.cache, dec_tensor)

@@ -46,6 +46,10 @@ class DecodeConfig:
     def __post_init__(self):
         check_at_least(self, tensor=0)
 
+    def weights_dtype(self, compute_dtype) -> jnp.dtype:
+        """The copy's weight dtype for a policy computing in `compute_dtype`."""
+        return jnp.dtype(compute_dtype if self.dtype == "auto" else self.dtype)
+
 
 def decode_mesh(train_mesh: Mesh, tensor: int = 0) -> Mesh:
     """A (data, fsdp=1, tensor) mesh over this process's devices of `train_mesh`."""
@@ -124,7 +128,7 @@ class DecodeCopy:
         self.cfg = cfg
         self.train_mesh = train_mesh
         self.mesh = decode_mesh(train_mesh, cfg.tensor)
-        self.dtype = jnp.dtype(model.cfg.dtype if cfg.dtype == "auto" else cfg.dtype)
+        self.dtype = cfg.weights_dtype(model.cfg.dtype)
         self.graphdef, state = nnx.split(model)
         self._treedef = jax.tree.structure(state)
         self._targets = jax.tree.leaves(state_shardings(state, self.mesh))
