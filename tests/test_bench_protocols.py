@@ -105,6 +105,7 @@ def _tiny_checkpoint(run):
         ck.save(1, ws.state(opt_state), {"step": 1, "data": {}, "config": C.to_dict(cfg)}, force=True)
 
 
+@pytest.mark.slow
 def test_spatialcore_protocol_on_a_tiny_checkpoint_prints_the_table_and_resumes(tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     _tiny_checkpoint(run)

@@ -319,3 +319,23 @@ def test_shapes_knob_limits_the_shapes_and_is_validated():
     for bad in ((), ("hexagon",), ("square", "square")):
         with pytest.raises(ValueError, match="shapes"):
             syn.SyntheticConfig(shapes=bad)
+
+
+def test_anchor_is_in_every_scene_and_every_relative_question_is_about_it():
+    anchored = dataclasses.replace(GRID, anchor="blue", question_types=("relative_position",))
+    for s in syn.generate(anchored, "train", 40):
+        colours = [o["color"] for o in s.meta["objects"]]
+        assert colours.count("blue") == 1 and colours[0] == "blue"
+        subject, reference = s.meta["relevant"]
+        assert reference == s.meta["objects"][0]["label"] and subject != reference
+        assert s.question.endswith(f"relative to the {reference}?")
+        assert s.options[LETTERS.index(s.answer)] == _expected_answer(s)
+    assert {syn.make_sample(anchored, "train", i).answer for i in range(40)} == set(LETTERS[:4])
+    # without an anchor the world is as it was: the same scenes from the same seeds
+    assert syn.make_sample(GRID, "train", 3).question == syn.make_sample(
+        dataclasses.replace(GRID, anchor=""), "train", 3).question
+    with pytest.raises(ValueError, match="anchor"):
+        syn.SyntheticConfig(anchor="grey")
+    syn.SyntheticConfig(min_objects=2, max_objects=17)
+    with pytest.raises(ValueError, match="max_objects"):  # one object of the anchor's colour, 5 x 3 of the others
+        syn.SyntheticConfig(anchor="red", min_objects=2, max_objects=17)

@@ -136,6 +136,7 @@ def test_the_trainer_decodes_from_a_copy_of_its_current_weights(tmp_path):
         C.load(TrainConfig, None, ["decode.nope=1"])
 
 
+@pytest.mark.slow
 def test_a_process_decodes_its_block_as_one_process_decodes_the_batch(policy):
     """Processes 0 and 1 of 2 each decode only their block (2 of 4 prompts, G = 2) and draw the tokens, log-probs
     and blank rollouts one process decoding all 4 prompts draws for those rows. The method is AlloSpatial with

@@ -11,6 +11,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 from test_rollout_multiturn import MAX_TOOL, MAX_TURNS, setup  # noqa: F401 (setup: a fixture)
 
@@ -27,6 +28,7 @@ def _calling_model(model, common: int, call_end: int):
     return calling
 
 
+@pytest.mark.slow
 def test_multiturn_engine_equals_static_path(setup):  # noqa: F811 (fixture)
     policy, batch, sampling = setup
     tok = policy.tokenizer

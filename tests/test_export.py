@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from spatial_jax.cli import main
@@ -95,6 +96,7 @@ def export_error(logits, path, ids, mask, pixels, grids) -> float:
     return float(np.abs(np.asarray(logits) - theirs)[np.asarray(mask) > 0].max())
 
 
+@pytest.mark.slow
 def test_two_processes_export_an_adapted_sharded_policy(tmp_path):
     port, out = _free_port(), tmp_path / "hf"
     logs = [tmp_path / f"process{i}.log" for i in range(2)]

@@ -351,6 +351,7 @@ def check_scored(method, rows, summary, err, path, labels):
 
 
 @pytest.mark.parametrize("method", sorted(BOUNDS))
+@pytest.mark.slow
 def test_scorers_survive_fuzzed_rollout_files(method, tmp_path):
     scorer, path, seen = get_method(method), tmp_path / "rollouts.jsonl", []
     cfg = scorer.config()

@@ -113,6 +113,7 @@ N, D, V = 8192, 4096, 151_936
 @pytest.mark.parametrize("mode", ["fwd_bwd"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("topology", ["v5p:2x2x1", "v6e:2x2"])
+@pytest.mark.slow
 def test_compiles_for_tpu(topology, dtype, mode):
     devices = _tpu_topology(topology)
     mesh = jax.sharding.Mesh(np.asarray(devices).reshape(2, 2), ("data", "tensor"))

@@ -36,6 +36,7 @@ def test_save_load_round_trip_from_package(tmp_path):
                                   np.asarray(model(ids, attention_mask=mask)[0]))
 
 
+@pytest.mark.slow
 def test_transformers_style_call_computes_rope_positions(pair):
     hf, ours = pair
     ids, mask, pixels, grids = image_batch(VARIANT)  # two rows, three images of two grid sizes, left padding

@@ -55,6 +55,7 @@ def setup():
 
 
 @pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2)])
+@pytest.mark.slow
 def test_sharded_forward_equals_single_device(setup, shape):
     model, args, mask, ref, (last, dpos), ref_dec = setup
     mesh = make_mesh(*shape)

@@ -104,6 +104,7 @@ def _params(job):
     return jax.tree.map(np.asarray, job.trainable)
 
 
+@pytest.mark.slow
 def test_sft_and_grpo_steps_on_multi_image_and_video(tmp_path):
     """The tiny job: one SFT step on the mixed batch's reference completions and one GRPO update on its rollouts
     (rows of 3, 3, 2, 2, 1, 1 items), each finite and moving the weights. (One micro-batch: each micro-batch of

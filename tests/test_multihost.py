@@ -106,6 +106,7 @@ def _two_processes(command: list[str], run_dir: Path, alongside: Callable[[], No
     return outputs
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one(dense, tmp_path):
     command = [sys.executable, "-c", dense_methods.RUNNER, "train", *JOB]
 

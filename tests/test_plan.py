@@ -50,6 +50,7 @@ def cpu_report(tmp_path_factory):
 HBM = 2 / 1024  # GiB
 
 
+@pytest.mark.slow
 def test_cpu_plan_writes_every_program(cpu_report):
     code, report, printed, _ = cpu_report
     assert report["platform"] == "cpu" and report["chips"] == 8 and report["hbm_bytes_per_chip"] == int(HBM * 2**30)
@@ -105,6 +106,7 @@ def test_bad_targets_are_configuration_errors(bad, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_tpu_plan_compiles_every_program(tmp_path, capsys):
     """XLA:TPU for a v5e slice: the job's programs (here without SFT and KL, to keep the test short; the CPU test
     covers those two) compile, and their figures are checked against the chip's 16 GiB."""

@@ -58,6 +58,7 @@ def _logits_agree(checkpoint: Path, cfg: TrainConfig) -> float:
     return float(np.abs(ours - ref.numpy())[mask > 0].max())
 
 
+@pytest.mark.slow
 def test_pretrain_writes_a_checkpoint_transformers_reads_and_regenerates_it_bit_for_bit(tmp_path):
     cfg = _cfg(tmp_path / "run")
     manifest = pretrain(cfg, tmp_path / "base")
@@ -69,13 +70,19 @@ def test_pretrain_writes_a_checkpoint_transformers_reads_and_regenerates_it_bit_
     assert again["files"] == manifest["files"]  # same seed, same bytes
 
 
-def test_tiny_layers_sets_the_random_policy_depth():
+def test_tiny_layers_and_width_set_the_random_policy_shape():
     from spatial_jax.rl.config import PolicyConfig
 
-    cfg = C.load(TrainConfig, ROOT / "configs" / "pretrain_tiny.toml", ["policy.tiny_layers=3"])
-    assert build_policy(cfg.policy, build_mesh(cfg.mesh)).model.cfg.text.num_hidden_layers == 3
+    cfg = C.load(TrainConfig, ROOT / "configs" / "pretrain_tiny.toml", ["policy.tiny_layers=3", "policy.tiny_width=96"])
+    model_cfg = build_policy(cfg.policy, build_mesh(cfg.mesh)).model.cfg
+    assert model_cfg.text.num_hidden_layers == 3
+    assert (model_cfg.text.hidden_size, model_cfg.text.head_dim, model_cfg.vision.out_hidden_size) == (96, 24, 96)
+    assert sum(model_cfg.text.mrope_section) == model_cfg.text.head_dim // 2
     with pytest.raises(ValueError, match="tiny_layers"):
         PolicyConfig(tiny_layers=0)
+    for width in (0, 48, 100):
+        with pytest.raises(ValueError, match="tiny_width"):
+            PolicyConfig(tiny_width=width)
 
 
 @pytest.mark.parametrize("override, match", [

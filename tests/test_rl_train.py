@@ -118,6 +118,7 @@ def _params(job):
     return jax.tree.map(np.asarray, job.trainable)
 
 
+@pytest.mark.slow
 def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     from spatial_jax.rl.train import Trainer
 
@@ -149,6 +150,7 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     assert max(moved) > 0  # the update changed the parameters
 
 
+@pytest.mark.slow
 def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
     """Two accumulated micro-batches, each divided by the whole batch's token count, equal one full-batch step."""
     from spatial_jax.data.pipeline import train_iterator
@@ -201,6 +203,7 @@ def test_full_finetuning_kl_reference_is_the_rl_starting_policy(dense, tmp_path)
         ("spatialthinker", ["policy.scan_layers=true", "policy.remat_policy=dots_no_batch", "policy.lora.rank=4"]),
     ],
 )
+@pytest.mark.slow
 def test_each_method_runs_tiny_steps(method, extra, dense, tmp_path):
     """Each method's machinery (prompt format, blank-image or tool rollouts, scorer, loss options) in whole RL steps
     that move the weights: `dense_<method>` adds a dense term to the method's reward (its own components are
@@ -283,6 +286,7 @@ def test_cluster_is_joined_only_when_the_environment_asks():
         distributed.initialize({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"})
 
 
+@pytest.mark.slow
 def test_grpo_update_moves_sequences_the_advantages_way(tmp_path):
     """The whole loop (sampler, advantages, sequence batch, fused log-probs, loss, optimiser) moves each rollout's
     log-probability the way its advantage points: after one GRPO update, the change in a completion's summed

@@ -71,6 +71,7 @@ def _cut(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+@pytest.mark.slow
 def test_a_rerun_with_settings_that_change_the_result_refuses_naming_them(finished, tmp_path, capsys):
     run = _copy(finished, tmp_path / "run")
     shutil.rmtree(run / "rl" / "checkpoints" / "9")  # as if killed between checkpoints 6 and 9
@@ -148,6 +149,7 @@ DAMAGES = {
 # orbax reads a checkpoint's arrays in parallel coroutines; when one fails, the others are dropped unfinished
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("damage", list(DAMAGES))
+@pytest.mark.slow
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, finished, finished_params, tmp_path,
                                                                     capsys):
     run = _copy(finished, tmp_path / "run")

@@ -62,7 +62,10 @@ class SyntheticConfig:
     otherwise sorted (relative position: above, below, left, right), so an answer's letter follows from the answer
     alone. box_order: the order of the reference completion's box lines: "question" (the objects in the order the
     question names them) or "reading" (by box centre, top to bottom, then left to right), so a box's digits follow from
-    the image alone and its label from what the box holds."""
+    the image alone and its label from what the box holds. anchor: a colour; every scene then holds one object of it
+    (the anchor; no other object has its colour) and relative-position questions ask where another object is relative
+    to the anchor, so a policy can tell the question's two objects apart by what it sees, without matching the
+    question's words to the image."""
 
     width: int = 96
     height: int = 96
@@ -80,6 +83,7 @@ class SyntheticConfig:
     distinct_colors: bool = False
     shuffle_options: bool = True
     box_order: Literal["question", "reading"] = "question"
+    anchor: str = ""
     seed: int = 0
 
     def __post_init__(self):
@@ -101,11 +105,14 @@ class SyntheticConfig:
         check_range(self, "corrupt_fraction", 0, 1)
         check_range(self, "displace_iou", 0, 1, low_open=True, high_open=True)
         check_non_negative(self, "box_noise", "seed")  # numpy seeds are non-negative
+        require("anchor", self.anchor, self.anchor in ("", *COLORS), f'be "" or one of {tuple(COLORS)}')
 
     @property
     def max_scene_objects(self) -> int:
         """How many distinct objects a scene can hold: colour-shape pairs (colours alone when distinct), and cells."""
         n = len(COLORS) if self.distinct_colors else len(self.shapes) * len(COLORS)
+        if self.anchor:  # the anchor and objects of the other colours
+            n = 1 + (len(COLORS) - 1) * (1 if self.distinct_colors else len(self.shapes))
         return min(n, self.grid * self.grid) if self.grid else n
 
 
@@ -184,13 +191,16 @@ def center_distance(a: SceneObject, b: SceneObject) -> float:
 
 
 def _pick_labels(rng: np.random.Generator, cfg: SyntheticConfig, n: int) -> list[tuple[str, str]]:
-    """n distinct (colour, shape) pairs; with distinct_colors, n distinct colours each with a random shape."""
+    """n distinct (colour, shape) pairs; with distinct_colors, n distinct colours each with a random shape. With an
+    anchor, the first is the anchor's and the others avoid its colour."""
+    colors = [c for c in COLORS if c != cfg.anchor]
+    first = [(cfg.anchor, cfg.shapes[int(rng.integers(len(cfg.shapes)))])] if cfg.anchor else []
+    n -= len(first)
     if cfg.distinct_colors:
-        colors = list(COLORS)
-        return [(colors[int(c)], cfg.shapes[int(rng.integers(len(cfg.shapes)))])
-                for c in rng.choice(len(colors), size=n, replace=False)]
-    combos = [(c, s) for c in COLORS for s in cfg.shapes]
-    return [combos[int(p)] for p in rng.choice(len(combos), size=n, replace=False)]
+        return first + [(colors[int(c)], cfg.shapes[int(rng.integers(len(cfg.shapes)))])
+                        for c in rng.choice(len(colors), size=n, replace=False)]
+    combos = [(c, s) for c in colors for s in cfg.shapes]
+    return first + [combos[int(p)] for p in rng.choice(len(combos), size=n, replace=False)]
 
 
 def _grid_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneObject]:
@@ -274,7 +284,7 @@ def _q_relative(rng, objects, cfg) -> Question | None:
     pairs = []
     for i, a in enumerate(objects):
         for j, b in enumerate(objects):
-            if i == j:
+            if i == j or (cfg.anchor and (j != 0 or i == 0)):  # object 0 is the anchor (_pick_labels)
                 continue
             d = dominant_direction(a, b)
             major = max(abs(a.center[0] - b.center[0]), abs(a.center[1] - b.center[1]))

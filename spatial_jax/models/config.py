@@ -198,15 +198,21 @@ class ModelConfig:
         tie_word_embeddings: bool = True,
         lora: LoRAConfig = LoRAConfig(),
         num_hidden_layers: int = 2,
+        hidden_size: int = 64,
         dtype: DType = "float32",
         param_dtype: DType = "float32",
     ) -> ModelConfig:
-        """A < 1M-parameter model for tests and the CPU default.
+        """A < 1M-parameter model for tests and the CPU default (at hidden_size 64).
 
         Special token ids default to the last four ids of the vocabulary (image, video, vision start, vision end).
+        hidden_size: the decoder's width, in 4 query heads (2 key/value heads) of hidden_size / 4 with the MLP twice
+        as wide; a multiple of 32, so that each head's rotary pairs split 2:1:1 over Qwen3-VL's (t, h, w) sections.
         """
         if vocab_size < 8:
             raise ValueError(f"tiny(): vocab_size must be >= 8, got {vocab_size}")
+        if hidden_size < 32 or hidden_size % 32:
+            raise ValueError(f"tiny(): hidden_size must be a positive multiple of 32, got {hidden_size}")
+        head_dim = hidden_size // 4
         ids = dict(
             image_token_id=vocab_size - 4 if image_token_id is None else image_token_id,
             video_token_id=vocab_size - 3 if video_token_id is None else video_token_id,
@@ -214,13 +220,15 @@ class ModelConfig:
             vision_end_token_id=vocab_size - 1 if vision_end_token_id is None else vision_end_token_id,
         )
         text = TextConfig(
-            vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=num_hidden_layers,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0,
-            mrope_section=(4, 2, 2), max_position_embeddings=32768,
+            vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+            num_hidden_layers=num_hidden_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim,
+            rope_theta=10000.0, mrope_section=(head_dim // 4, head_dim // 8, head_dim // 8),
+            max_position_embeddings=32768,
         )
         vision = VisionConfig(
             depth=2, hidden_size=32, intermediate_size=64, num_heads=4, patch_size=16, temporal_patch_size=2,
-            spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=64, deepstack_visual_indexes=(0,),
+            spatial_merge_size=2, out_hidden_size=hidden_size, num_position_embeddings=64,
+            deepstack_visual_indexes=(0,),
         )
         return cls(text=text, vision=vision, lora=lora, tie_word_embeddings=tie_word_embeddings,
                    dtype=dtype, param_dtype=param_dtype, **ids)

@@ -45,6 +45,7 @@ class PolicyConfig:
     min_pixels / max_pixels: the image processor's pixel budget (0 = Qwen3-VL's defaults; the tiny default keeps the
       synthetic 96 px scenes at 84 px, 9 image tokens).
     tiny_layers: decoder layers of the tiny random policy (no checkpoint); a deeper one can compose more look-ups.
+    tiny_width: the tiny random policy's decoder width (a multiple of 32; ModelConfig.tiny).
     """
 
     checkpoint: str = ""
@@ -62,10 +63,13 @@ class PolicyConfig:
     max_pixels: int = 12544
     tokenizer_vocab_size: int = 768
     tiny_layers: int = 2
+    tiny_width: int = 64
 
     def __post_init__(self):
         check_range(self, "init_seed", 0, MAX_SEED)
         check_at_least(self, attention_chunk=1, min_pixels=0, max_pixels=0, tokenizer_vocab_size=1, tiny_layers=1)
+        require("tiny_width", self.tiny_width, self.tiny_width >= 32 and self.tiny_width % 32 == 0,
+                "be a positive multiple of 32")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,7 +74,7 @@ def build_policy(cfg: PolicyConfig, mesh: jax.sharding.Mesh) -> Policy:
         tokenizer = build_tokenizer(cfg.tokenizer_vocab_size)
         model_cfg = ModelConfig.tiny(
             tokenizer.vocab_size, **tokenizer.model_token_ids(), lora=cfg.lora, num_hidden_layers=cfg.tiny_layers,
-            dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            hidden_size=cfg.tiny_width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
         ).replace(remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
                   attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl)
         model = shard_model(Qwen3VL(model_cfg, rngs=nnx.Rngs(cfg.init_seed)), mesh)
