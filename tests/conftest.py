@@ -15,8 +15,3 @@ os.environ["SPATIAL_JAX_DEFAULT_CONFIG"] = ""
 # Hypothesis keeps its example database and caches under ./.hypothesis unless told otherwise; a run of the tests
 # leaves the working tree as it found it. Read when Hypothesis first stores something, so setting it here is in time.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "spatial-jax-hypothesis"))
-
-
-def pytest_collection_modifyitems(config, items):
-    """The slow tests first, so the two xdist workers share them and the suite does not end waiting on one."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
