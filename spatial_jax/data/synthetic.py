@@ -111,8 +111,8 @@ class SyntheticConfig:
     def max_scene_objects(self) -> int:
         """How many distinct objects a scene can hold: colour-shape pairs (colours alone when distinct), and cells."""
         n = len(COLORS) if self.distinct_colors else len(self.shapes) * len(COLORS)
-        if self.anchor:  # the anchor and objects of the other colours
-            n = 1 + (len(COLORS) - 1) * (1 if self.distinct_colors else len(self.shapes))
+        if self.anchor and not self.distinct_colors:  # the anchor's colour holds one object, not one per shape
+            n -= len(self.shapes) - 1
         return min(n, self.grid * self.grid) if self.grid else n
 
 
@@ -284,7 +284,7 @@ def _q_relative(rng, objects, cfg) -> Question | None:
     pairs = []
     for i, a in enumerate(objects):
         for j, b in enumerate(objects):
-            if i == j or (cfg.anchor and (j != 0 or i == 0)):  # object 0 is the anchor (_pick_labels)
+            if i == j or (cfg.anchor and j != 0):  # object 0 is the anchor (_pick_labels)
                 continue
             d = dominant_direction(a, b)
             major = max(abs(a.center[0] - b.center[0]), abs(a.center[1] - b.center[1]))
