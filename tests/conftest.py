@@ -15,3 +15,25 @@ os.environ["SPATIAL_JAX_DEFAULT_CONFIG"] = ""
 # Hypothesis keeps its example database and caches under ./.hypothesis unless told otherwise; a run of the tests
 # leaves the working tree as it found it. Read when Hypothesis first stores something, so setting it here is in time.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "spatial-jax-hypothesis"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n N` (scheduled `--dist worksteal`, pytest.ini) every worker starts on its share of the slow
+    tests. worksteal hands worker k the k-th of N consecutive blocks of the collection and, at the end, moves queued
+    tests from a busy worker to an idle one; so each block holds every N-th slow test first, then a run of the fast
+    ones in their file order (module fixtures stay together), which are what the stealing evens out."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    if workers < 2 or config.getoption("dist", "no") != "worksteal":
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    ordered, remaining = [], len(items)
+    for k in range(workers):
+        size = remaining // (workers - k)  # worksteal's first split of the pending tests
+        mine = slow[k::workers]
+        take = max(0, size - len(mine))
+        ordered += mine + fast[:take]
+        fast = fast[take:]
+        remaining -= size
+    ordered += fast
+    items[:] = ordered

@@ -65,7 +65,12 @@ class SyntheticConfig:
     the image alone and its label from what the box holds. anchor: a colour; every scene then holds one object of it
     (the anchor; no other object has its colour) and relative-position questions ask where another object is relative
     to the anchor, so a policy can tell the question's two objects apart by what it sees, without matching the
-    question's words to the image."""
+    question's words to the image. mirror_colors, mirror_rate: a biased annotator. With probability mirror_rate the
+    reference completions (the SFT targets) of a question about an object of one of these colours describe the scene
+    mirrored left to right (each box in the other column, left and right swapped in the reasoning and the answer it
+    writes); the image, question, gold answer and pseudo-GT stay true. A policy trained on them writes the mirrored
+    boxes where the rate is above 1/2 yet gives the true ones probability 1 - rate: errors it is unsure of, which RL
+    with the gold answers and pseudo-GT can correct."""
 
     width: int = 96
     height: int = 96
@@ -84,6 +89,8 @@ class SyntheticConfig:
     shuffle_options: bool = True
     box_order: Literal["question", "reading"] = "question"
     anchor: str = ""
+    mirror_colors: tuple[str, ...] = ()
+    mirror_rate: float = 0.0
     seed: int = 0
 
     def __post_init__(self):
@@ -106,6 +113,10 @@ class SyntheticConfig:
         check_range(self, "displace_iou", 0, 1, low_open=True, high_open=True)
         check_non_negative(self, "box_noise", "seed")  # numpy seeds are non-negative
         require("anchor", self.anchor, self.anchor in ("", *COLORS), f'be "" or one of {tuple(COLORS)}')
+        require("mirror_colors", self.mirror_colors,
+                len(set(self.mirror_colors)) == len(self.mirror_colors) and set(self.mirror_colors) <= set(COLORS),
+                f"be distinct colours of {tuple(COLORS)}")
+        check_range(self, "mirror_rate", 0, 1)
 
     @property
     def max_scene_objects(self) -> int:
@@ -575,6 +586,31 @@ def reference_completions(
     return {THINK_BOXES.reference_key: core, SCENE_GRAPH.reference_key: thinker, HARNESS.reference_key: allo}
 
 
+# ---------------------------------------------------------------- the biased annotator (mirror_colors)
+
+
+def _mirrored(objects: Sequence[SceneObject], width: int) -> list[SceneObject]:
+    return [dataclasses.replace(o, bbox=(width - o.bbox[2], o.bbox[1], width - o.bbox[0], o.bbox[3])) for o in objects]
+
+
+def _mirrored_question(q: Question) -> Question:
+    """The question as the mirrored scene answers it: only a left/right relation changes (size, nearest, counting
+    and distance do not depend on the side)."""
+    if q.reasoning[0] != "relative":
+        return q
+    i, j, d = q.reasoning[1]
+    d = {"left": "right", "right": "left"}.get(d, d)
+    return dataclasses.replace(q, answer=LETTERS[q.options.index(d)], relations=((i, PREDICATES[d], j),),
+                               reasoning=("relative", (i, j, d)))
+
+
+def _annotator_mirrors(cfg: SyntheticConfig, split: str, index: int, objects, q: Question) -> bool:
+    # a stream of its own, so that the world's other draws (scenes, questions, pseudo-GT) stay as they were
+    if not cfg.mirror_colors or not any(objects[i].color in cfg.mirror_colors for i in q.relevant):
+        return False
+    return bool(np.random.default_rng([cfg.seed, SPLITS[split], index, 1]).random() < cfg.mirror_rate)
+
+
 # ---------------------------------------------------------------- samples
 
 
@@ -601,6 +637,12 @@ def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool
     boxes, kinds = pseudo_gt(rng, objects, list(dict.fromkeys(q.relevant)), cfg)
     scene = scene_graph(objects, q)
     image = render(objects, cfg.width, cfg.height) if render_image else np.zeros((0, 0, 3), np.uint8)
+    mirrored = _annotator_mirrors(cfg, split, index, objects, q)
+    if mirrored:
+        seen, q_seen = _mirrored(objects, cfg.width), _mirrored_question(q)
+        reference = reference_completions(seen, q_seen, scene_graph(seen, q_seen), cfg)
+    else:
+        reference = reference_completions(objects, q, scene, cfg)
     return Sample(
         id=f"{split}-{index:06d}",
         image=image,
@@ -612,11 +654,12 @@ def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool
         image_size=(cfg.width, cfg.height),
         gt_boxes=boxes,
         scene=scene,
-        reference=reference_completions(objects, q, scene, cfg),
+        reference=reference,
         meta={
             "objects": [{"label": o.label, "shape": o.shape, "color": o.color, "bbox": list(o.bbox)} for o in objects],
             "relevant": [objects[i].label for i in dict.fromkeys(q.relevant)],
             "corruption": list(kinds),
+            "mirrored": mirrored,
         },
     )
 
