@@ -43,6 +43,23 @@ def test_iou_hand_cases():
         pairwise_iou([[0, 0, 1]], [[0, 0, 1, 1]])
 
 
+def test_huge_coordinates_are_scaled_not_overflowed():
+    # areas of boxes this large overflow float64; IoU and CIoU are (up to eps) scale-free, so a power-of-two scale
+    # must not change them
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(0, 100, size=(5, 4)), rng.uniform(0, 100, size=(7, 4))
+    for k in (2.0**600, 2.0**1000):
+        assert iou(np.array([1, 2, 30, 40]) * k, np.array([1, 2, 30, 40]) * k) == 1.0
+        np.testing.assert_array_equal(pairwise_iou(a * k, b * k), pairwise_iou(a, b))
+        np.testing.assert_allclose(pairwise_ciou(a * k, b * k), pairwise_ciou(a, b), atol=1e-5)  # eps, scaled
+    assert iou([0, 0, 1e200, 1e200], [0, 0, 1e200, 1e200]) == 1.0
+    assert iou([-1.7e308, -1.7e308, 1.7e308, 1.7e308], [0, 0, 1.7e308, 1.7e308]) == pytest.approx(0.25)
+    assert ciou([-1.7e308, 0, 1.7e308, 1e308], [-1.7e308, 0, 1.7e308, 1e308]) == pytest.approx(1.0, abs=1e-6)
+    # a huge pair beside ordinary ones: only the huge pair is rescaled
+    m = pairwise_iou([[0, 0, 10, 10], [0, 0, 1e300, 1e300]], [[5, 0, 15, 10], [0, 0, 1e300, 5e299]])
+    assert m[0, 0] == pytest.approx(1 / 3) and m[1, 1] == pytest.approx(0.5) and np.all(np.isfinite(m))
+
+
 def test_ciou_hand_cases():
     # Same size, shifted by 1 in x: IoU 1/3, rho^2 = 1, c^2 = 3^2 + 2^2, aspect term 0.
     assert ciou([0, 0, 2, 2], [1, 0, 3, 2]) == pytest.approx(1 / 3 - 1 / 13, abs=1e-6)

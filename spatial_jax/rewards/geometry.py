@@ -1,7 +1,9 @@
 """Box geometry in float64 numpy: IoU, CIoU (pairwise forms too) and the SpatialCORE box validity rule.
 
 Boxes are [x1, y1, x2, y2]. A box with x2 < x1 (y2 < y1) is read as x2 = x1 (y2 = y1): zero width (height).
-So every function returns a finite value for any finite input, zero-area boxes included.
+So every function returns a finite value for any finite input, zero-area boxes included. A pair with a coordinate
+beyond 2**HUGE_EXP is first scaled by a power of two (exact) so that its areas cannot overflow: IoU is scale-free,
+and CIoU's eps then acts in the scaled units, where it is as negligible as in any box of ordinary size.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from typing import Any
 import numpy as np
 
 CIOU_EPS = 1e-7
+
+# Coordinates up to 2**HUGE_EXP keep every product of two extents finite (2 * 2**(2 * HUGE_EXP) < float64 max), so
+# ordinary boxes are never rescaled and their values stay bit for bit what the plain formulas give.
+HUGE_EXP = 500
 
 
 def _boxes(a, what: str) -> np.ndarray:
@@ -27,6 +33,10 @@ def _parts(p: np.ndarray, g: np.ndarray):
     """Broadcast [n,1,4] x [1,m,4]: intersection, both areas, widths and heights (negative extents -> 0)."""
     p = p[:, None, :]
     g = g[None, :, :]
+    big = np.maximum(np.abs(p).max(axis=-1), np.abs(g).max(axis=-1))  # [n, m]
+    exp = np.where(big > 2.0**HUGE_EXP, np.frexp(big)[1], 0)[..., None]
+    if np.any(exp):
+        p, g = np.ldexp(p, -exp), np.ldexp(g, -exp)
     wp = np.maximum(p[..., 2] - p[..., 0], 0.0)
     hp = np.maximum(p[..., 3] - p[..., 1], 0.0)
     wg = np.maximum(g[..., 2] - g[..., 0], 0.0)
