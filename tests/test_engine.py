@@ -3,8 +3,9 @@ transformers' generate and against full forwards, on the tiny model and batch of
 of different sizes, one text-only), with fewer slots than requests and pages that run out.
 
 Tolerances: engine and static sampler compute the same float32 logits by different attention layouts (gathered
-pages vs one buffer): log-probs and entropies agree to 1e-6; against one full forward (the training forward's
-logits) to 1e-6 + 1e-6 relative (a float32 ulp at 4 nats is 4.8e-7; observed <= 9.6e-7).
+pages vs one buffer): log-probs and entropies agree to 1e-6 + 1e-6 relative, and so do they against one full forward
+(the training forward's logits); a float32 ulp at 4 nats is 4.8e-7. Observed: <= 9.6e-7 on an AMD EPYC host, <= 1.9e-6
+at 2.4 nats on an Intel Xeon one (XLA:CPU's code differs between them, and so does its rounding).
 """
 
 import dataclasses
@@ -53,8 +54,8 @@ def _static(model, batch_, cfg, row_ids=None):
 def _same(a, b):
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_array_equal(a.mask, b.mask)
-    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=TIGHT)
-    np.testing.assert_allclose(a.entropies, b.entropies, atol=TIGHT)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=TIGHT, rtol=TIGHT)
+    np.testing.assert_allclose(a.entropies, b.entropies, atol=TIGHT, rtol=TIGHT)
 
 
 def test_greedy_equals_static_sampler_and_transformers_with_fewer_slots_than_requests(tiny, batch):  # noqa: F811 (fixtures)
@@ -79,7 +80,7 @@ def test_sampled_rows_equal_the_static_sampler_whatever_slot_they_take(tiny, bat
     _same(out, ref)
     comps = _check_against_full_forward(model, rows, pv, grid, out, cfg.temperature)
     full, _ = _full_forward(model, [r + c for r, c in zip(rows, comps)], pv, grid)
-    for i, c in enumerate(comps):  # and to float32 rounding: 1e-6 plus 1e-6 relative (observed <= 9.6e-7)
+    for i, c in enumerate(comps):  # and to float32 rounding: 1e-6 plus 1e-6 relative
         step_logits = jnp.asarray(full[i, np.arange(full.shape[1] - len(c) - 1, full.shape[1] - 1)])
         expected = lg.token_logprob(step_logits, jnp.asarray(c), cfg.temperature)
         np.testing.assert_allclose(out.logprobs[i, : len(c)], expected, atol=TIGHT, rtol=TIGHT)

@@ -2,7 +2,7 @@
 [P, P] block-diagonal mask and transformers' logits (1e-4) on a batch of several grid sizes (a 2-frame grid
 included); frame slots are padded to buckets so a new image size reuses the compile; frames shard over the batch
 axes; and each prompt's image is encoded once for its G rows, in the train step and in the sampler's prefill,
-with results equal to encoding it G times (1e-6, float32)."""
+with results equal to encoding it G times (to float32 rounding: 1e-6 to 2e-6)."""
 
 from __future__ import annotations
 
@@ -181,9 +181,9 @@ def test_prefill_encodes_each_prompt_once(pair, tower_frames):
     once = prefill(ours, ids, mask, pixel_values=pixels, image_grid_thw=grids, max_len=16, row_group=group)
     each = prefill(ours, ids, mask, pixel_values=pixels, image_grid_thw=grids, max_len=16)
     assert tower_frames == [2, 2 * G]
-    # equal to float32 rounding (XLA tiles the tower's matmuls by frame count): logits 1e-6 absolute + relative,
-    # the cached keys/values (image positions) 5e-6
-    np.testing.assert_allclose(np.asarray(once.logits), np.asarray(each.logits), atol=1e-6, rtol=1e-6)
+    # equal to float32 rounding (XLA tiles the tower's matmuls by frame count): logits 2e-6 absolute + 1e-6 relative
+    # (observed 1.6e-6 at 0.39 on an Intel Xeon host), the cached keys/values (image positions) 5e-6
+    np.testing.assert_allclose(np.asarray(once.logits), np.asarray(each.logits), atol=2e-6, rtol=1e-6)
     for a, b in zip(once.cache.keys + once.cache.values, each.cache.keys + each.cache.values, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=5e-6)
 
