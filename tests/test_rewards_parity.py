@@ -67,6 +67,24 @@ def test_iou_and_ciou_parity():
     assert np.all(np.isfinite(got))
 
 
+def test_iou_and_ciou_parity_on_huge_coordinates():
+    # Areas of such boxes overflow float64. Both sides measure a pair beyond 2**500 in units where its largest
+    # magnitude is in [0.5, 1) (CIoU's eps then means the same; an extent near eps in those units is where a different
+    # unit would show), found independently (frexp there, log2 here).
+    rng = np.random.default_rng(11)
+    a, same = random_boxes(rng, 200)
+    b, _ = random_boxes(rng, 200)
+    b[same] = a[same]
+    scale = 10.0 ** rng.uniform(150, 306, size=(200, 1))
+    a, b = a * scale, b * scale
+    a[::7] /= scale[::7]  # some pairs of one huge and one ordinary box
+    for got, ref in ((geometry.pairwise_iou(a, b), geometry_torch.pairwise_iou(a, b)),
+                     (geometry.pairwise_ciou(a, b), geometry_torch.pairwise_ciou(a, b))):
+        assert np.all(np.isfinite(got)) and torch.all(torch.isfinite(ref))
+        np.testing.assert_allclose(got, ref.numpy(), atol=TOL, rtol=0)
+    assert geometry_torch.iou([0, 0, 1e200, 1e200], [0, 0, 1e200, 1e200]) == 1.0
+
+
 def test_label_similarity_and_pair_reward_parity():
     rng = np.random.default_rng(2)
     a = [random_label(rng) for _ in range(N)]
