@@ -9,9 +9,11 @@ from a copy of that SFT checkpoint (the SFT stage's weights do not depend on the
 variant's own SFT would be). Variants: SpatialCORE as specified; beta = 1 (no confidence weighting); gamma = 1 (no
 answer gate); no validity weighting; answer + format reward only (lambda_s = 0). Reported per variant after RL on
 the held-out split: accuracy, matched IoU, mean box uncertainty H, Spearman rho(H, IoU), each as mean and standard
-error over seeds, with the SFT start as the first row. key=value overrides apply to every run (e.g. a shorter
-rl.steps or eval.max_samples for a reduced run). The table is printed and, with --results, written into that file
-between this benchmark's markers.
+error over seeds, with the SFT start as the first row; then matched IoU by H quartile (SpatialCORE §4.3) over seeds,
+and per seed each run's accuracy and matched IoU and the questions it turned right and wrong against the SFT start
+(read from the evaluation rows). key=value overrides apply to every run (e.g. a shorter rl.steps or
+eval.max_samples for a reduced run). The tables are printed and, with --results, written into that file between
+this benchmark's markers.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from spatial_jax import config as C
 from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.report import read_json
 from spatial_jax.rl.train import train
 
 # row name -> (run directory name, reward overrides)
@@ -41,10 +44,19 @@ COLUMNS = ("accuracy", "matched IoU", "mean H", "rho(H, IoU)")
 BEGIN, END = "<!-- learning.py: begin -->", "<!-- learning.py: end -->"
 
 
-def figures(summary: dict) -> dict[str, float | None]:
-    """One evaluation's Table 3 columns (None where there was nothing to measure)."""
+def figures(summary: dict, rows: list[dict] | None = None) -> dict:
+    """One evaluation's Table 3 columns (None where there was nothing to measure), its matched IoU by H quartile
+    (lowest H first) and, from its rows, each question's correctness by id."""
     return {"accuracy": summary["accuracy"]["mean"], "matched IoU": summary["mean_matched_iou"]["mean"],
-            "mean H": summary["mean_H"]["mean"], "rho(H, IoU)": summary["boxes"]["rho_H_iou"]}
+            "mean H": summary["mean_H"]["mean"], "rho(H, IoU)": summary["boxes"]["rho_H_iou"],
+            "quartiles": [q["mean"] for q in summary["boxes"]["iou_by_H_quartile"]],
+            "correct": {r["id"]: r["correct"] for r in rows or [] if "correct" in r}}
+
+
+def evaluated(run_dir: Path, stage: str, summary: dict) -> dict:
+    """`figures` of the evaluation `stage` ("sft" or "rl") that `train` wrote into `run_dir`."""
+    written = read_json(run_dir / f"eval_{stage}.json")
+    return figures(summary, written["rows"] if isinstance(written, dict) else None)
 
 
 def over_seeds(values: list[float | None]) -> str:
@@ -60,14 +72,14 @@ def run_seed(config: str, out: Path, seed: int, overrides: list[str]) -> dict[st
     sft_dir = out / f"seed{seed}" / "sft_start"
     quiet = ["progress=false", "tensorboard=false"]
     cfg = C.load(TrainConfig, config, [f"run_dir={sft_dir}", f"seed={seed}", *quiet, *overrides, "rl.steps=0"])
-    rows = {"SFT start": figures(train(cfg)["after_sft"])}
+    rows = {"SFT start": evaluated(sft_dir, "sft", train(cfg)["after_sft"])}
     for name, (directory, extra) in VARIANTS.items():
         run_dir = out / f"seed{seed}" / directory
         if not (run_dir / "sft").exists():
             shutil.copytree(sft_dir / "sft", run_dir / "sft")
         cfg = C.load(TrainConfig, config, [f"run_dir={run_dir}", f"seed={seed}", "eval.after_sft=false", *quiet,
                                            *overrides, *extra])
-        rows[name] = figures(train(cfg)["after_rl"])
+        rows[name] = evaluated(run_dir, "rl", train(cfg)["after_rl"])
     return rows
 
 
@@ -92,7 +104,55 @@ def table(per_seed: list[dict[str, dict]], seeds: list[int], note: str) -> str:
         cells = [over_seeds([s[name][c] for s in per_seed]) for c in COLUMNS]
         cells.append(direction(per_seed, name) if name in VARIANTS else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", *quartile_table(per_seed), "", *per_seed_table(per_seed, seeds)])
+
+
+def falls(quartiles: list[float | None]) -> tuple[bool, bool]:
+    """(lowest-H quartile above the highest, a fall at every step) for one run's matched IoU by H quartile."""
+    if len(quartiles) != 4 or any(q is None for q in quartiles):
+        return False, False
+    return quartiles[0] > quartiles[3], all(a > b for a, b in zip(quartiles, quartiles[1:]))
+
+
+def quartile_table(per_seed: list[dict[str, dict]]) -> list[str]:
+    """Matched IoU by H quartile, mean ± standard error over seeds, and in how many seeds it falls."""
+    lines = ["Matched IoU by box-uncertainty quartile (Q1 lowest H), mean ± standard error over seeds; the last two "
+             "columns count the seeds in which Q1 is above Q4, and in which IoU falls at every step.", "",
+             "| run | Q1 | Q2 | Q3 | Q4 | Q1 > Q4 | falls at every step |", "|---|---|---|---|---|---|---|"]
+    for name in per_seed[0]:
+        qs = [s[name]["quartiles"] for s in per_seed]
+        cells = [over_seeds([q[k] if len(q) == 4 else None for q in qs]) for k in range(4)]
+        verdicts = [falls(q) for q in qs]
+        counts = [f"{sum(v[k] for v in verdicts)} of {len(qs)}" for k in range(2)]
+        lines.append(f"| {name} | " + " | ".join(cells + counts) + " |")
+    return lines
+
+
+def turned(before: dict, after: dict) -> str:
+    """Questions wrong before and right after, and right before and wrong after, over the ids both scored."""
+    ids = before.keys() & after.keys()
+    right = sum(1 for i in ids if after[i] > before[i])
+    wrong = sum(1 for i in ids if after[i] < before[i])
+    return f"+{right} / -{wrong}"
+
+
+def per_seed_table(per_seed: list[dict[str, dict]], seeds: list[int]) -> list[str]:
+    """Per seed and run: accuracy / matched IoU, and the questions turned right / wrong against the SFT start."""
+    names = [n for n in per_seed[0] if n in VARIANTS]
+    lines = ["Per seed: accuracy / matched IoU after RL, and the held-out questions turned right / wrong against "
+             "the SFT start (from the evaluation rows).", "",
+             "| seed | SFT start | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+
+    def fmt(x):
+        return "n/a" if x is None else f"{x:.3f}"
+
+    for seed, s in zip(seeds, per_seed):
+        start = s["SFT start"]
+        cells = [f"{fmt(start['accuracy'])} / {fmt(start['matched IoU'])}"]
+        cells += [f"{fmt(s[n]['accuracy'])} / {fmt(s[n]['matched IoU'])}, {turned(start['correct'], s[n]['correct'])}"
+                  for n in names]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_results(path: Path, text: str) -> None:

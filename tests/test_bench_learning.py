@@ -1,6 +1,7 @@
 """benchmarks/learning.py's bookkeeping (the runs themselves take an hour and are a benchmark, not a test): the
 Table 3 figures read from an evaluation summary, means and standard errors over seeds, the per-seed direction of each
-ablation against SpatialCORE, and the table replaced in place between its markers in RESULTS.md."""
+ablation against SpatialCORE, the quartile and per-seed tables, and the table replaced in place between its markers in
+RESULTS.md."""
 
 import math
 import sys
@@ -14,9 +15,9 @@ sys.path.append(str(ROOT / "benchmarks"))
 import learning  # noqa: E402
 
 
-def _summary(acc, iou=0.5, h=0.1, rho=-0.2):
+def _summary(acc, iou=0.5, h=0.1, rho=-0.2, quartiles=(0.8, 0.7, 0.6, 0.5)):
     return {"accuracy": {"mean": acc}, "mean_matched_iou": {"mean": iou}, "mean_H": {"mean": h},
-            "boxes": {"rho_H_iou": rho}}
+            "boxes": {"rho_H_iou": rho, "iou_by_H_quartile": [{"mean": q} for q in quartiles]}}
 
 
 def _seeds(full, ablated):
@@ -51,7 +52,9 @@ def test_table_has_every_row_and_replaces_its_section(tmp_path):
     text = learning.table(_seeds([0.5, 0.52], [0.4, 0.42]), [0, 1], "Config X.")
     lines = text.splitlines()
     assert lines[0].startswith("Seeds 0, 1: mean ± standard error over seeds. Config X.")
-    assert [line.split(" | ")[0] for line in lines[4:]] == ["| SFT start", *(f"| {n}" for n in learning.VARIANTS)]
+    main_rows = lines[4 : lines.index("", 4)]
+    assert [line.split(" | ")[0] for line in main_rows] == ["| SFT start", *(f"| {n}" for n in learning.VARIANTS)]
+    assert "Matched IoU by box-uncertainty quartile" in text and "| 1 | " in lines[-1]  # quartiles, then per seed
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\nbefore\n", encoding="utf-8")
     learning.write_results(results, "first")
@@ -64,3 +67,35 @@ def test_a_missing_results_file_fails_before_any_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         learning.main(["--results", str(tmp_path / "nope.md"), "rl.steps=0"])
     assert exit_.value.code == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_quartiles_count_the_seeds_in_which_iou_falls():
+    assert learning.falls([0.8, 0.7, 0.6, 0.5]) == (True, True)
+    assert learning.falls([0.81, 0.86, 0.87, 0.71]) == (True, False)  # Q1 > Q4, not at every step
+    assert learning.falls([0.5, 0.6, 0.6, 0.7]) == (False, False)
+    assert learning.falls([None, None, None, None]) == (False, False)  # no boxes: not a fall
+    shapes = [(0.8, 0.7, 0.6, 0.5), (0.81, 0.86, 0.87, 0.71), (0.5, 0.6, 0.6, 0.7)]
+    per_seed = [{"SFT start": learning.figures(_summary(0.3, quartiles=q))} for q in shapes]
+    lines = learning.quartile_table(per_seed)
+    means = [learning.over_seeds([q[k] for q in shapes]) for k in range(4)]
+    assert lines[-1] == "| SFT start | " + " | ".join(means) + " | 2 of 3 | 1 of 3 |"
+
+
+def test_per_seed_table_counts_questions_turned_right_and_wrong():
+    before = {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0}
+    after = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0, "e": 1.0}  # e: not scored before, not counted
+    assert learning.turned(before, after) == "+2 / -1"
+    rows = {"SFT start": learning.figures(_summary(0.5, iou=0.7), [{"id": k, "correct": v} for k, v in before.items()])}
+    for name in learning.VARIANTS:
+        rows[name] = learning.figures(_summary(0.75, iou=None), [{"id": k, "correct": v} for k, v in after.items()])
+    lines = learning.per_seed_table([rows], [7])
+    assert lines[2].split(" | ")[2:] == [*learning.VARIANTS][:-1] + [f"{[*learning.VARIANTS][-1]} |"]
+    assert lines[-1] == "| 7 | 0.500 / 0.700 | " + " | ".join(["0.750 / n/a, +2 / -1"] * len(learning.VARIANTS)) + " |"
+
+
+def test_figures_read_the_rows_train_wrote(tmp_path):
+    (tmp_path / "eval_rl.json").write_text(
+        '{"summary": {}, "rows": [{"id": "q1", "correct": 1.0}, {"id": "q2", "correct": 0.0}, {"id": "q3"}]}')
+    got = learning.evaluated(tmp_path, "rl", _summary(0.5))
+    assert got["correct"] == {"q1": 1.0, "q2": 0.0} and got["quartiles"] == [0.8, 0.7, 0.6, 0.5]
+    assert learning.evaluated(tmp_path, "sft", _summary(0.5))["correct"] == {}  # not written: no rows, no crash
