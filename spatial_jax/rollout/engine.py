@@ -176,6 +176,13 @@ class Engine:
         self.peak_pages = 0  # the most pages (scratch excluded) in use at once in the last run
         self.stats = {"chunks": 0, "paused": 0, "restarts": 0}  # of the last run: slots sitting a chunk out, ...
 
+    @classmethod
+    def from_sampling(cls, model, cfg: SamplingConfig, rows: int, max_len: int) -> Engine:
+        """The engine a sampling config asks for, for `rows` requests: cfg.slots at once (0: all of them), its
+        page size, pool and chunk."""
+        return cls(model, cfg, slots=cfg.slots or max(1, rows), max_len=max_len, page_size=cfg.page_size,
+                   pages=cfg.pages, chunk=cfg.chunk)
+
     @property
     def kv_bytes(self) -> int:
         """Bytes of the KV pool (keys and values of every layer)."""
@@ -413,9 +420,7 @@ def generate(model, input_ids, attention_mask, *, cfg: SamplingConfig, pixel_val
         image_counts = image_counts_of(model.cfg, input_ids, attention_mask, image_grid_thw)
     requests = split_rows(input_ids, attention_mask, pixel_values, image_grid_thw, image_counts, row_ids, row_group)
     longest = max((len(r.tokens) for r in requests), default=0)
-    engine = Engine(model, cfg, slots=cfg.slots or max(1, len(requests)),
-                    max_len=max_len or longest + cfg.max_new_tokens, page_size=cfg.page_size, pages=cfg.pages,
-                    chunk=cfg.chunk)
+    engine = Engine.from_sampling(model, cfg, len(requests), max_len or longest + cfg.max_new_tokens)
     rounds = engine.run(requests)
     R, N = len(requests), cfg.max_new_tokens
     tokens = np.full((R, N), cfg.pad_token_id, np.int32)

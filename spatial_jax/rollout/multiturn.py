@@ -205,8 +205,7 @@ def _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_l
         extra = () if patches is None else patches
         return Request(np.asarray(answer, np.int32), requests[r].row_id, *extra)
 
-    Engine(model, cfg, slots=cfg.slots or len(rows), max_len=max_len, page_size=cfg.page_size, pages=cfg.pages,
-           chunk=cfg.chunk).run(requests, on_round)
+    Engine.from_sampling(model, cfg, len(rows), max_len).run(requests, on_round)
 
 
 def _tool_answer(tokenizer: SpatialTokenizer, text: str, picture: np.ndarray | None, image_cfg: ImageProcessingConfig,
