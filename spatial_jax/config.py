@@ -1,7 +1,8 @@
 """Typed dataclass configs: loaded from TOML files in configs/, overridden by `key=value` strings.
 
 Every config in the project is a (possibly nested) dataclass. Unknown keys, wrong types and malformed
-overrides raise ConfigError with the offending key, so a bad run fails before anything is compiled.
+overrides raise ConfigError with the offending key, so a bad run fails before anything is compiled. A config value
+that names a plug-in (a method, an evaluation protocol) is looked up in that kind's Registry.
 """
 
 from __future__ import annotations
@@ -21,6 +22,28 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A configuration key, value or file that cannot be used."""
+
+
+class Registry(dict[str, T]):
+    """Named plug-ins of one kind, each registered once under its `name`; `kind` ("method", "protocol") names them in
+    messages. Looking up a name that is not there is a ConfigError listing the known ones."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+
+    def register(self, item: T) -> T:
+        name = item.name
+        if name in self:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        self[name] = item
+        return item
+
+    def lookup(self, name: str) -> T:
+        try:
+            return self[name]
+        except KeyError:
+            raise ConfigError(f"unknown {self.kind} {name!r}; known: {sorted(self)}") from None
 
 
 class FieldError(ValueError):

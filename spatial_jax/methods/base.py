@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from spatial_jax.config import ConfigError, apply_overrides
+from spatial_jax.config import Registry, apply_overrides
 from spatial_jax.data.prompts import PromptFormat
 
 
@@ -47,19 +47,6 @@ class Method:
         return apply_overrides(self.config_cls(), overrides)
 
 
-METHODS: dict[str, Method] = {}
-
-
-def register(method: Method) -> Method:
-    """Adds a method under its name; a name is registered once."""
-    if method.name in METHODS:
-        raise ValueError(f"method {method.name!r} is registered twice")
-    METHODS[method.name] = method
-    return method
-
-
-def get_method(name: str) -> Method:
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ConfigError(f"unknown method {name!r}; known: {sorted(METHODS)}") from None
+METHODS: Registry[Method] = Registry("method")
+register = METHODS.register
+get_method = METHODS.lookup

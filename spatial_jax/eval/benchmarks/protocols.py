@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from spatial_jax.config import ConfigError
+from spatial_jax.config import Registry
 from spatial_jax.eval.benchmarks.table import Cell, Table, mean_of
 from spatial_jax.eval.grounding import OMNISPATIAL_SIZES, SPATIALAB_SIZES, weighted_accuracy
 
@@ -43,21 +43,9 @@ class Protocol:
             raise ValueError(f"protocol {self.name}: rule must be one of {RULES}, got {self.rule!r}")
 
 
-PROTOCOLS: dict[str, Protocol] = {}
-
-
-def register(protocol: Protocol) -> Protocol:
-    if protocol.name in PROTOCOLS:
-        raise ValueError(f"protocol {protocol.name!r} is registered twice")
-    PROTOCOLS[protocol.name] = protocol
-    return protocol
-
-
-def get_protocol(name: str) -> Protocol:
-    try:
-        return PROTOCOLS[name]
-    except KeyError:
-        raise ConfigError(f"unknown protocol {name!r}; known: {sorted(PROTOCOLS)}") from None
+PROTOCOLS: Registry[Protocol] = Registry("protocol")
+register = PROTOCOLS.register
+get_protocol = PROTOCOLS.lookup
 
 
 def benchmark_score(protocol: Protocol, table: Table) -> Cell:
