@@ -29,7 +29,7 @@ import numpy as np
 
 from spatial_jax import config as C
 from spatial_jax.rl.config import TrainConfig
-from spatial_jax.rl.report import read_json
+from spatial_jax.rl.report import correct_by_id, read_json
 from spatial_jax.rl.train import train
 
 # row name -> (run directory name, reward overrides)
@@ -50,7 +50,7 @@ def figures(summary: dict, rows: list[dict] | None = None) -> dict:
     return {"accuracy": summary["accuracy"]["mean"], "matched IoU": summary["mean_matched_iou"]["mean"],
             "mean H": summary["mean_H"]["mean"], "rho(H, IoU)": summary["boxes"]["rho_H_iou"],
             "quartiles": [q["mean"] for q in summary["boxes"]["iou_by_H_quartile"]],
-            "correct": {r["id"]: r["correct"] for r in rows or [] if "correct" in r}}
+            "correct": correct_by_id(rows or [])}
 
 
 def evaluated(run_dir: Path, stage: str, summary: dict) -> dict:

@@ -48,6 +48,11 @@ def read_json(path: str | Path) -> Any:
         return None
 
 
+def correct_by_id(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """An evaluation's rows as question id -> correctness (rows without a score left out)."""
+    return {r["id"]: r["correct"] for r in rows if "correct" in r}
+
+
 def compare_stages(run_dir: Path, results: dict[str, Any]) -> dict[str, Any]:
     """Accuracy after RL minus after SFT, paired question by question over the held-out rows both evaluations
     scored (its standard error is that of the paired difference); {} unless this job evaluated both stages."""
@@ -56,7 +61,7 @@ def compare_stages(run_dir: Path, results: dict[str, Any]) -> dict[str, Any]:
     sft, rl = read_json(run_dir / "eval_sft.json"), read_json(run_dir / "eval_rl.json")
     if not (isinstance(sft, dict) and isinstance(rl, dict) and "rows" in sft and "rows" in rl):
         return {}
-    before = {r["id"]: r["correct"] for r in sft["rows"] if "correct" in r}
+    before = correct_by_id(sft["rows"])
     diffs = [r["correct"] - before[r["id"]] for r in rl["rows"] if "correct" in r and r["id"] in before]
     return {"accuracy_gain_paired": estimate(diffs).as_dict()} if diffs else {}
 
