@@ -1,4 +1,4 @@
-"""spatial-jax: the `kernels/` folder installs as `spatial_jax.kernels` (a PyPI package named `kernels` exists)."""
+"""spatial-jax: JAX-native RL post-training of vision-language models with spatially grounded rewards."""
 
 from setuptools import setup
 
@@ -25,7 +25,6 @@ setup(
     description="JAX-native RL post-training of vision-language models with spatially grounded rewards",
     python_requires=">=3.11",
     packages=PACKAGES,
-    package_dir={"spatial_jax.kernels": "kernels"},
     install_requires=[
         "jax==0.10.2",
         "jaxlib==0.10.2",
@@ -33,7 +32,7 @@ setup(
         "optax>=0.2.5",
         "orbax-checkpoint>=0.11",
         "grain>=0.2.12",
-        "transformers>=5.0,<6",
+        "transformers>=5.25,<6",
         "safetensors>=0.5",
         "numpy>=2.0",
         "scipy>=1.13",

@@ -7,7 +7,7 @@ Every adapter has one signature,
 differentiable in h and w. w is this project's layout; the peers take the head as nn.Linear stores it, [V, D], and
 get w.t(): no copy when w is itself the transposed view of such a head, which is how the benchmark builds it.
 
-  spatial-jax        kernels/triton_entropy.py: log p and entropy; no switch turns the entropy off.
+  spatial-jax        spatial_jax/kernels/triton_entropy.py: log p and entropy; no switch turns the entropy off.
   cut-cross-entropy  Apple's CCE, linear_cross_entropy(e [N, D], c [V, D], targets, reduction="none"): per-token
                      cross-entropy, so log p = -loss; no entropy. Default options as users run them: its backward
                      skips vocabulary blocks whose gradient is below filter_eps ("high": bf16 eps / 32).
@@ -25,9 +25,10 @@ verl/utils/device.py and verl/plugin/platform (torch and packaging alone) run. v
 from its wheel in .whl/parity-only/ (benchmarks/fetch_peer_wheels.sh) and imported under another package name,
 beside the current verl, whose device helpers serve both.
 
-Parity (parity_case): every adapter against the float64 reference (kernels/torch_reference.py) on the same bf16
-inputs, forward and backward; log p and entropy by max abs error over rows, dh and dw by ||g - ref|| / ||ref||, with
-the reference's gradient of the same objective (g_lp . log p, plus g_H . H for the kernels that return entropy).
+Parity (parity_case): every adapter against the float64 reference (spatial_jax/kernels/torch_reference.py) on the
+same bf16 inputs, forward and backward; log p and entropy by max abs error over rows, dh and dw by ||g - ref|| /
+||ref||, with the reference's gradient of the same objective (g_lp . log p, plus g_H . H for the kernels that
+return entropy).
 """
 
 from __future__ import annotations

@@ -113,3 +113,15 @@ def test_save_load_and_deterministic_vocab(tok, tmp_path):
     fresh = T.build_tokenizer.__wrapped__()
     assert fresh.hf.get_vocab() == tok.hf.get_vocab()
     assert np.array_equal(fresh.encode(s), tok.encode(s))
+
+
+def test_video_pads_replace_the_template_block_and_bare_pads():
+    """The chat template's `<|vision_start|><|video_pad|><|vision_end|>` becomes the frame blocks alone (no block
+    around them); a bare `<|video_pad|>` (a prompt written without the template) is replaced as it stands."""
+    frames = "<0.5 seconds>" + T.VISION_START + T.VIDEO_PAD * 2 + T.VISION_END
+    block = T.VISION_START + T.VIDEO_PAD + T.VISION_END
+    assert T.expand_video_pads(f"a{block}b", [frames]) == f"a{frames}b"
+    assert T.expand_video_pads(f"a{T.VIDEO_PAD}b{block}", ["X", frames]) == f"aXb{frames}"
+    assert T.expand_video_pads(f"{T.VISION_START}{T.VIDEO_PAD}b", [frames]) == f"{T.VISION_START}{frames}b"
+    with pytest.raises(ValueError, match="1 video placeholder"):
+        T.expand_video_pads(block, [frames, frames])

@@ -37,7 +37,7 @@ def make_case(n, d, v, *, h_std=1.0, w_std=1.0, seed=0, dtype=jnp.float32):
 
 
 def torch_expected(h, w, targets, g_lp, g_h, temperature):
-    """float64 (lp, H, d/dh, d/dw) of sum(g_lp * lp + g_h * H) from kernels/torch_reference.py."""
+    """float64 (lp, H, d/dh, d/dw) of sum(g_lp * lp + g_h * H) from spatial_jax/kernels/torch_reference.py."""
     ht = torch.tensor(np.asarray(h.astype(jnp.float32)), dtype=torch.float64, requires_grad=True)
     wt = torch.tensor(np.asarray(w.astype(jnp.float32)), dtype=torch.float64, requires_grad=True)
     lp, ent = torch_reference.logprob_entropy(ht, wt, torch.tensor(np.asarray(targets)), temperature)

@@ -26,13 +26,11 @@ LAYERS = {
 
 
 def _source_files(root: Path) -> dict[str, Path]:
-    """Dotted module name -> file, for spatial_jax/ and kernels/ (installed as spatial_jax.kernels)."""
+    """Dotted module name -> file, for spatial_jax/."""
     out = {}
     for path in sorted((root / "spatial_jax").rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
         out[".".join(p for p in parts if p != "__init__")] = path
-    for path in sorted((root / "kernels").glob("*.py")):
-        out["spatial_jax.kernels" + ("" if path.stem == "__init__" else "." + path.stem)] = path
     return out
 
 

@@ -168,7 +168,7 @@ def hf_inputs(tok, sample, frames, fps):
 
 
 def test_video_prompt_ids_and_logits_equal_transformers(models):
-    """The pipeline's prompt (timestamps, one vision block per frame group inside the video's outer block) and
+    """The pipeline's prompt (timestamps, one vision block per frame group, no block around them) and
     patches equal transformers' processor's; the model, given the video as frame items, gives transformers'
     logits with pixel_values_videos / video_grid_thw (max abs error over all tokens < 1e-4)."""
     tok, hf, ours = models

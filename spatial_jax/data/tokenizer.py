@@ -237,11 +237,16 @@ def expand_image_pads(text: str, image_token_counts: Sequence[int]) -> str:
 
 
 def expand_video_pads(text: str, placeholders: Sequence[str]) -> str:
-    """Replaces the k-th `<|video_pad|>` by placeholders[k] (the outer vision block stays, as transformers 5's
-    Qwen3VLProcessor leaves it)."""
+    """Replaces the k-th `<|video_pad|>` by placeholders[k]. The chat template's block around it,
+    `<|vision_start|><|video_pad|><|vision_end|>`, goes with it: every frame group carries its own block, and an outer
+    one would nest them (Qwen3-VL's released processor and transformers >= 5.25 drop it; 5.0-5.24 kept it)."""
     parts = text.split(VIDEO_PAD)
     if len(parts) - 1 != len(placeholders):
         raise ValueError(f"the prompt has {len(parts) - 1} video placeholder(s) but {len(placeholders)} video(s)")
+    for k in range(len(placeholders)):
+        if parts[k].endswith(VISION_START) and parts[k + 1].startswith(VISION_END):
+            parts[k] = parts[k][: -len(VISION_START)]
+            parts[k + 1] = parts[k + 1][len(VISION_END) :]
     out = [parts[0]]
     for p, rest in zip(placeholders, parts[1:]):
         out.append(p + rest)

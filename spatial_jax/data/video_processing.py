@@ -159,7 +159,7 @@ def timestamps(frame_indices: Sequence[int], video_fps: float, temporal_patch_si
 
 def video_placeholder(grid_thw: Sequence[int], times: Sequence[float], merge_size: int = 2) -> str:
     """What the processor puts in place of one `<|video_pad|>`: per temporal group its time and its own block of
-    h * w / merge^2 pads (the chat template's outer vision block stays around it, as transformers 5 keeps it)."""
+    h * w / merge^2 pads (it replaces the chat template's whole `<|vision_start|><|video_pad|><|vision_end|>`)."""
     t, h, w = (int(g) for g in grid_thw)
     if len(times) != t:
         raise ValueError(f"{len(times)} timestamps for a video of {t} temporal groups")
