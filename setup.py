@@ -32,7 +32,9 @@ setup(
         "optax>=0.2.5",
         "orbax-checkpoint>=0.11",
         "grain>=0.2.12",
-        "transformers>=5.25,<6",
+        # the parity tests hold data and model to one transformers minor (5.25 changed the video prompt and brought a
+        # dependency that a top-level kernels/ folder shadowed); a new minor is taken by a commit that reruns them
+        "transformers~=5.25.0",
         "safetensors>=0.5",
         "numpy>=2.0",
         "scipy>=1.13",
