@@ -110,6 +110,14 @@ def test_the_checks_see_a_planted_violation():
     assert ["kernels", "rewards"] in package_cycles(graph)
 
 
+def test_the_repo_root_holds_no_package_but_spatial_jax():
+    """Tests and scripts run with the repo root on sys.path, where a top-level package would shadow an installed one
+    of the same name (a kernels/ folder here once hid the `kernels` package transformers 5.25 imports)."""
+    importable = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    importable |= {p.stem for p in ROOT.glob("*.py")} - {"setup"}
+    assert importable == {"spatial_jax"}
+
+
 @pytest.mark.parametrize("name", ["spatialcore", "prosr", "spatialthinker", "allospatial"])
 def test_method_names_live_only_in_their_plugins(name):
     """No string comparison or table keyed by a method's name outside methods/ (configs, docs and the dataset's
