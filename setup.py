@@ -28,10 +28,12 @@ setup(
     install_requires=[
         "jax==0.10.2",
         "jaxlib==0.10.2",
-        "flax>=0.12,<0.13",
-        "optax>=0.2.5",
-        "orbax-checkpoint>=0.11",
-        "grain>=0.2.12",
+        # the JAX libraries the step, its checkpoints and the data order rest on, exact: a release of any of them
+        # could change a figure or a checkpoint's layout with no commit here (as transformers 5.25 broke CI)
+        "flax==0.12.8",
+        "optax==0.2.8",
+        "orbax-checkpoint==0.12.8",
+        "grain==0.2.18",
         # the parity tests hold data and model to one transformers minor (5.25 changed the video prompt and brought a
         # dependency that a top-level kernels/ folder shadowed); a new minor is taken by a commit that reruns them
         "transformers~=5.25.0",
