@@ -59,3 +59,24 @@ def test_splash_compiles_in_a_sharded_train_step(topology):
     # per chip: no [T, T] float32 score matrix of its 2 rows x H/2 heads of either layer is ever held
     scores = sum((B // 2) * (H // 2) * T * T * 4 for B, T, H, *_ in CASES.values())
     assert mem.temp_size_in_bytes < scores // 2
+
+
+def test_splash_with_a_causal_offset_compiles_in_a_sharded_train_step():
+    """A shared-prefix update's completion attention: T queries over their prompt's P keys and their own, in
+    splash (CausalMask with offset P) under shard_map, forward and backward, for a v5p slice."""
+    mesh = Mesh(np.asarray(_tpu_topology("v5p:2x2x1")).reshape(2, 1, 2), ("data", "fsdp", "tensor"))
+    B, T, Pre, H, Hkv, D = 4, 384, 640, 8, 4, 128
+
+    def loss(q, k, v, seg, kv_seg):
+        mask = AttentionMask(segment_ids=seg, kv_segment_ids=kv_seg, causal=True, causal_offset=Pre)
+        return jnp.mean(jnp.square(attention(q, k, v, mask, scale=D**-0.5, impl="auto").astype(jnp.float32)))
+
+    def arg(shape, spec, dt=jnp.bfloat16):
+        return jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(mesh, P(*spec)))
+
+    heads = (("data", "fsdp"), None, "tensor", None)
+    args = (arg((B, T, H, D), heads), arg((B, Pre + T, Hkv, D), heads), arg((B, Pre + T, Hkv, D), heads),
+            arg((B, T), (("data", "fsdp"), None), jnp.int32), arg((B, Pre + T), (("data", "fsdp"), None), jnp.int32))
+    with jax.set_mesh(mesh):
+        compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
+    assert compiled.as_text().count('custom_call_target="tpu_custom_call"') >= 3  # forward, dq, dkv

@@ -188,3 +188,17 @@ def test_each_host_of_a_multi_host_slice_decodes_its_own_block():
     bad = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=16", "rl.prompts_per_step=6"])
     with pytest.raises(ConfigError, match="does not split among the 4 hosts"):
         pl.decoding(bad, policy, mesh, pl.Shapes.of(bad))
+
+
+def test_the_shared_prefix_update_is_planned_when_the_job_runs_it(tmp_path, capsys):
+    """rl.shared_prefix: the update is compiled as the trainer runs it, each prompt once for its G rollouts; at a
+    64-token prompt and 16-token completions its temporaries are below the whole-row update's."""
+    figures = {}
+    for shared in ("false", "true"):
+        code, report, _ = _plan(tmp_path, capsys, "cpu:1", f"rl.shared_prefix={shared}", programs=["rl_update"])
+        assert code == 0
+        (figures[shared],) = report["programs"]
+    assert figures["true"]["what"] == "2 prompts x 64 + 4 completions x 16 tokens (shared prefix)"
+    assert figures["false"]["what"] == "4 rollouts x (64 + 16) tokens"
+    assert figures["true"]["temp"] < figures["false"]["temp"]
+    assert figures["true"]["flops"] < figures["false"]["flops"]

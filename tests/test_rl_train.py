@@ -175,6 +175,39 @@ def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
     assert max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), *params))) <= 2e-6
 
 
+@pytest.mark.slow
+def test_shared_prefix_update_equals_the_whole_row_update(tmp_path, monkeypatch):
+    """rl.shared_prefix: the trainer builds groups of G rows (each prompt once) for the update and the KL reference,
+    and one step from the same rollouts ends at the whole-row step's loss, KL and parameters."""
+    from spatial_jax.data.pipeline import train_iterator
+    from spatial_jax.rl import step as st
+    from spatial_jax.rl.train import Trainer
+
+    groups = []
+    make = st.make_seq_batch
+    monkeypatch.setattr(st, "make_seq_batch", lambda *a, **k: groups.append(k.get("group", 1)) or make(*a, **k))
+    extra = ("rl.prompts_per_step=2", "rl.group_size=2", "rl.optim.warmup_ratio=0.0", "rl.loss.kl_coef=0.05")
+    whole = Trainer(tiny(tmp_path / "whole", *extra))
+    shared = Trainer(tiny(tmp_path / "shared", *extra, "rl.shared_prefix=true"))
+    batch = next(train_iterator(whole.cfg.data, whole.tok, whole.method.prompt, 2, image_cfg=whole.policy.image_cfg))
+    sampling = dataclasses.replace(whole.cfg.rl.sampling, stop_token_ids=(whole.tok.im_end_id,),
+                                   pad_token_id=whole.tok.pad_id)
+    comps = whole.collect(0, batch, sampling).completions
+    adv = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
+    results = []
+    for job in (whole, shared):
+        tx = make_optimizer(job.optim_config("rl"))
+        _, metrics = job.update(0, comps, adv, tx, 1, tx.init(job.trainable), 1.0)
+        results.append((metrics, _params(job)))
+    assert groups == [1, 2]
+    (m1, p1), (m2, p2) = results
+    assert np.isfinite(m1["loss"]) and abs(m1["loss"] - m2["loss"]) <= 1e-6
+    assert abs(m1["loss/kl_ref"] - m2["loss/kl_ref"]) <= 1e-7
+    # Adam's normalisation amplifies float32 rounding where a gradient is tiny (as with micro-batches above)
+    assert _max_diff(p1, p2) <= 2e-6
+    assert _max_diff(p1, _params(Workspace(tiny(tmp_path / "fresh", *extra)))) > 1e-4  # the step moved them
+
+
 def test_full_finetuning_kl_reference_is_the_rl_starting_policy(dense, tmp_path):
     from spatial_jax.rl.train import train
 

@@ -37,9 +37,11 @@ class AttentionMask:
 
     Structured (all implementations): `segment_ids` [B, T] int32 for the queries and `kv_segment_ids` [B, S] for
     the keys (None: the same as the queries', which needs S == T); a query sees a key of its own segment when
-    that segment is not 0, and with `causal` only keys at or before its own index (S == T). The cudnn path also
-    needs each row's non-zero ids to be one contiguous run (a left-padded prompt with its right-padded
-    completion, or a padded image frame), which is what the model builds.
+    that segment is not 0, and with `causal` only keys at or before its own index. `causal_offset` k says the
+    queries are the last T of the S = T + k keys' positions (query i sits at key index i + k: a completion's
+    queries over its shared prompt's keys and its own); xla and splash only. The cudnn path also needs each
+    row's non-zero ids to be one contiguous run (a left-padded prompt with its right-padded completion, or a
+    padded image frame), which is what the model builds.
     Explicit (XLA only): `dense` [B, T, S] bool, True = visible.
     """
 
@@ -47,6 +49,7 @@ class AttentionMask:
     kv_segment_ids: jax.Array | None = None
     dense: jax.Array | None = None
     causal: bool = flax.struct.field(pytree_node=False, default=False)
+    causal_offset: int = flax.struct.field(pytree_node=False, default=0)
 
     @property
     def structured(self) -> bool:
@@ -92,8 +95,11 @@ def _check(q, k, v, mask: AttentionMask) -> None:
         kv_seg = mask.kv_segment_ids
         if (kv_seg is None and S != T) or (kv_seg is not None and kv_seg.shape != (B, S)):
             raise ValueError(f"kv_segment_ids must be [B, S] = {(B, S)} (may be omitted only when S == T)")
-        if mask.causal and S != T:
-            raise ValueError(f"a causal structured mask needs as many keys as queries, got T={T}, S={S}")
+        if mask.causal_offset and not mask.causal:
+            raise ValueError("causal_offset applies to a causal mask only")
+        if mask.causal and S != T + mask.causal_offset:
+            raise ValueError(f"a causal structured mask needs T + causal_offset keys, got T={T}, "
+                             f"causal_offset={mask.causal_offset}, S={S}")
     elif mask.dense.shape != (B, T, S) or mask.dense.dtype != jnp.bool_:
         raise ValueError(f"dense mask must be bool [B, T, S] = {(B, T, S)}, got {mask.dense.dtype} "
                          f"{mask.dense.shape}")
@@ -109,6 +115,13 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, *, 
     if not np.isfinite(scale) or scale <= 0:
         raise ValueError(f"attention scale must be a positive finite number, got {scale}")
     name = "xla" if not mask.structured else resolve_impl(impl, q.dtype)
+    if mask.causal_offset and name == "cudnn":
+        # cuDNN's causal mask is aligned top-left and its padding is by lengths from index 0: neither expresses
+        # queries that sit after a left-padded prefix
+        if impl == "cudnn":
+            raise ValueError("attention implementation 'cudnn' takes no causal_offset (a shared-prefix update); "
+                             "use 'xla' or 'auto'")
+        name = "xla"
     if name == "splash":
         return splash(q, k, v, mask, scale=scale, interpret=interpret)
     if name == "cudnn":
@@ -123,7 +136,7 @@ def _visible(mask: AttentionMask, q_seg, q_index, S: int) -> jax.Array:
     kv_seg = mask.segment_ids if mask.kv_segment_ids is None else mask.kv_segment_ids
     vis = (q_seg[:, :, None] == kv_seg[:, None, :]) & (kv_seg[:, None, :] != 0)
     if mask.causal:
-        vis = vis & (jnp.arange(S)[None, None, :] <= q_index[None, :, None])
+        vis = vis & (jnp.arange(S)[None, None, :] <= q_index[None, :, None] + mask.causal_offset)
     return vis
 
 
@@ -171,22 +184,23 @@ def xla(q, k, v, mask: AttentionMask, *, scale: float, chunk: int = 0) -> jax.Ar
 
 # ------------------------------------------------------------------ splash (TPU)
 
-def _splash_blocks(length: int):
+def _splash_blocks(t: int, s: int):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
-    b = next(s for s in (512, 256, 128) if length % s == 0)
+    b = next(n for n in (512, 256, 128) if t % n == 0 and s % n == 0)
     return sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b,
                          block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
 
 
 @functools.lru_cache(maxsize=64)
-def _splash_kernel(heads: int, t: int, s: int, causal: bool, interpret: bool):
-    """One splash kernel per (heads, padded lengths, causality); the mask metadata is built on the host once."""
+def _splash_kernel(heads: int, t: int, s: int, causal: bool, offset: int, interpret: bool):
+    """One splash kernel per (heads, padded lengths, causality and its offset); the mask metadata is built on the
+    host once."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
-    one = sm.CausalMask((t, s)) if causal else sm.FullMask((t, s))
-    return sk.make_splash_mha(sm.MultiHeadMask([one] * heads), block_sizes=_splash_blocks(t), head_shards=1,
+    one = sm.CausalMask((t, s), offset=offset) if causal else sm.FullMask((t, s))
+    return sk.make_splash_mha(sm.MultiHeadMask([one] * heads), block_sizes=_splash_blocks(t, s), head_shards=1,
                               q_seq_shards=1, interpret=interpret)
 
 
@@ -217,6 +231,8 @@ def splash(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None
     q_seg = mask.segment_ids.astype(jnp.int32)
     kv_seg = q_seg if mask.kv_segment_ids is None else mask.kv_segment_ids.astype(jnp.int32)
     tp, sp = -(-T // SPLASH_ALIGN) * SPLASH_ALIGN, -(-S // SPLASH_ALIGN) * SPLASH_ALIGN
+    if mask.causal_offset and tp > T and sp == S:
+        sp += SPLASH_ALIGN  # an added query i >= T must find an added key at or before i + offset (index S)
     # Added positions get segment -1, which nothing real has. In splash a padding query (segment 0 or -1) sees the
     # padding keys of its segment (itself at least, so its row stays finite), never a real key.
     q_seg = jnp.pad(q_seg, ((0, 0), (0, tp - T)), constant_values=-1)
@@ -229,7 +245,7 @@ def splash(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None
     sharded = mesh is not None and not mesh.empty and mesh.size > 1
     batch_axes, head_axis = mesh_specs(mesh, B, H, Hkv) if sharded else (None, None)
     local_heads = H // (dict(zip(mesh.axis_names, mesh.axis_sizes))["tensor"] if head_axis else 1)
-    kernel = _splash_kernel(local_heads, tp, sp, mask.causal, bool(interpret))
+    kernel = _splash_kernel(local_heads, tp, sp, mask.causal, mask.causal_offset, bool(interpret))
 
     def local(qh, kh, vh, q_seg, kv_seg):
         return jax.vmap(lambda a, b, c, d, e: kernel(a, b, c, segment_ids=sk.SegmentIds(q=d, kv=e)))(

@@ -42,6 +42,9 @@ Model
         right-padded (real ones first) and go to logical positions lengths .. lengths+n-1 of their row's pages.
     model.lm_head_weight() -> W [D,V] (the embedding transposed when tied), for the fused log-prob kernel on
         `model(..., return_hidden=True)`.
+    last, rest = model.shared_prefix_hidden(input_ids [B,P+N], positions=, attention_mask=, vision=, prompt_len=P,
+        group=G): rows in runs of G sharing their first P tokens (G rollouts of a prompt) with each prompt run once;
+        last [B/G, D] = hidden[::G, P-1], rest [B, N, D] = hidden[:, P:] of the whole forward, to float rounding.
 
 Memory knobs (ModelConfig; results unchanged): `remat=True` (= `remat_policy="full"`) recomputes each decoder layer
     in the backward pass, `remat_policy="dots"` / `"dots_no_batch"` keeps the matmul outputs (spatial_jax.models.scan);
@@ -75,6 +78,7 @@ import numpy as np
 from flax import nnx
 
 from spatial_jax.models import rope
+from spatial_jax.models.attention import AttentionMask
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import Embed, RMSNorm, param, random_normal
 from spatial_jax.models.paged import PagedKVCache, paged_inputs
@@ -90,6 +94,10 @@ def _is_concrete(*xs) -> bool:
 
 def _run_layer(layer, *args):
     return layer(*args)
+
+
+def _run_shared_layer(layer, *args):
+    return layer.shared(*args)
 
 
 class Qwen3VL(nnx.Module):
@@ -239,6 +247,65 @@ class Qwen3VL(nnx.Module):
             return x, new_cache
         logits = jnp.dot(x, self.lm_head_weight().astype(x.dtype), preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "seq", "act_vocab")), new_cache
+
+    def shared_prefix_hidden(self, input_ids: jax.Array, *, positions: jax.Array, attention_mask: jax.Array,
+                             vision: VisionInputs | None, prompt_len: int, group: int) -> tuple[jax.Array, jax.Array]:
+        """The final normed hidden states of rows whose first `prompt_len` tokens are the same in each run of
+        `group` consecutive rows (the G rollouts of a prompt), with each prompt run through the decoder once:
+        returns (the prompt's last position [B/G, D], the completion positions [B, N, D]), equal to the whole
+        forward's hidden[::G, P - 1] and hidden[:, P:] to float rounding. Image tokens must lie in the prompts
+        (they are written into the prompt rows alone); the caller checks the rows on the host
+        (rl.step.make_seq_batch)."""
+        cfg, G, P = self.cfg, group, prompt_len
+        B, L = input_ids.shape
+        if group < 1 or B % group or not 0 < P < L:
+            raise ValueError(f"a shared-prefix forward wants rows in whole groups of {group} and 0 < prompt_len < "
+                             f"{L}; got {B} rows, prompt_len {P}")
+        if positions.shape != (3, B, L) or attention_mask.shape != (B, L):
+            raise ValueError(f"positions {positions.shape} / attention_mask {attention_mask.shape} do not fit "
+                             f"input_ids {(B, L)}")
+        ids = (input_ids[::G, :P], input_ids[:, P:])
+        am = (attention_mask[::G, :P].astype(jnp.int32), attention_mask[:, P:].astype(jnp.int32))
+        x = tuple(constrain(self.embed_tokens(i), ("batch", "seq", "act_embed")) for i in ids)
+        deepstack: tuple[jax.Array, ...] = ()
+        if vision is not None:
+            img_mask = (input_ids == cfg.image_token_id) | (input_ids == cfg.video_token_id)
+            feats, deepstack = self.visual(vision)
+            idx = feature_slots(vision, img_mask)[::G, :P]  # a group's first row's slots serve the whole group
+            img_mask = img_mask[::G, :P]
+            x = (jnp.where(img_mask[..., None], jnp.take(feats, idx, axis=0).astype(x[0].dtype), x[0]), x[1])
+
+        def rotary(pos):
+            cos, sin = rope.mrope_cos_sin(pos, cfg.text.head_dim, cfg.text.rope_theta, cfg.text.mrope_section)
+            return cos.astype(x[0].dtype), sin.astype(x[0].dtype)
+
+        (cos_p, sin_p), (cos_s, sin_s) = rotary(positions[:, ::G, :P]), rotary(positions[:, :, P:])
+        seg = tuple((a > 0).astype(jnp.int32) for a in am)
+        mask = (AttentionMask(segment_ids=seg[0], causal=True),
+                AttentionMask(segment_ids=seg[1], kv_segment_ids=jnp.concatenate([jnp.repeat(seg[0], G, 0), seg[1]],
+                                                                                  axis=1),
+                              causal=True, causal_offset=P))
+        injections = [jnp.where(img_mask[..., None], jnp.take(d, idx, axis=0).astype(x[0].dtype), 0) for d in deepstack]
+        args = ((cos_p, cos_s), (sin_p, sin_s), mask, G)
+        remat = cfg.decoder_remat
+        if cfg.scan_layers:
+            def layer_fn(layer, x, extra):
+                xp, xs = layer.shared(x, *args)
+                return ((xp if extra is None else xp + extra), xs), None
+
+            n = len(injections)
+            if n:
+                x, _ = run_stack(self.layers, layer_fn, x, jnp.stack(injections), stop=n, remat=remat)
+            if n < cfg.text.num_hidden_layers:
+                x, _ = run_stack(self.layers, layer_fn, x, start=n, remat=remat)
+        else:
+            run = _run_shared_layer if remat == "none" else nnx.remat(_run_shared_layer, policy=REMAT_POLICIES[remat],
+                                                                      static_argnums=(5,))
+            for i, layer in enumerate(self.layers):
+                x = run(layer, x, *args)
+                if i < len(injections):
+                    x = (x[0] + injections[i], x[1])
+        return self.norm(x[0])[:, -1], self.norm(x[1])
 
     def _run_stacked(self, x, cos, sin, mask, injected, cache, cache_index, remat):
         """The stacked decoder layers: one scan over the DeepStack layers (their features as per-layer inputs) and

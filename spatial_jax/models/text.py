@@ -67,13 +67,35 @@ class TextAttention(nnx.Module):
         self.k_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
                               param_dtype=cfg.param_dtype)
 
-    def __call__(self, x, cos, sin, mask, cache_kv=None, cache_index=None):
+    def _project(self, x, cos, sin):
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(B, T, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).reshape(B, T, self.num_kv, self.head_dim))
         v = self.v_proj(x).reshape(B, T, self.num_kv, self.head_dim)
         q = constrain(apply_rotary(q, cos, sin), ("batch", "seq", "act_heads", None))
-        k = apply_rotary(k, cos, sin)
+        return q, apply_rotary(k, cos, sin), v
+
+    def _attend(self, q, k, v, mask):
+        B, T = q.shape[:2]
+        k = constrain(k, ("batch", "cache_seq", "act_kv_heads", None))
+        v = constrain(v, ("batch", "cache_seq", "act_kv_heads", None))
+        out = attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, scale=self.head_dim**-0.5, impl=self.impl,
+                        chunk=self.chunk)
+        return self.o_proj(out.reshape(B, T, -1))
+
+    def shared(self, x, cos, sin, mask, group: int):
+        """The shared-prefix forward (Qwen3VL.shared_prefix_hidden): x = (prefix [B/G, P, D], completions [B, N, D])
+        with their (cos, sin) and masks; each completion attends to its group's prefix keys and its own."""
+        qp, kp, vp = self._project(x[0], cos[0], sin[0])
+        qs, ks, vs = self._project(x[1], cos[1], sin[1])
+        out_p = self._attend(qp, kp, vp, mask[0])
+        k = jnp.concatenate([jnp.repeat(kp, group, axis=0), ks], axis=1)
+        v = jnp.concatenate([jnp.repeat(vp, group, axis=0), vs], axis=1)
+        return out_p, self._attend(qs, k, v, mask[1])
+
+    def __call__(self, x, cos, sin, mask, cache_kv=None, cache_index=None):
+        B, T, _ = x.shape
+        q, k, v = self._project(x, cos, sin)
         new_kv = None
         if isinstance(cache_index, PagedIndex):  # pools of pages: scatter this call's k/v, then attend over the pages
             new_kv = paged.write(*cache_kv, k, v, cache_index)
@@ -87,11 +109,7 @@ class TextAttention(nnx.Module):
             k = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), start)
             v = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), start)
             new_kv = (k, v)
-        k = constrain(k, ("batch", "cache_seq", "act_kv_heads", None))
-        v = constrain(v, ("batch", "cache_seq", "act_kv_heads", None))
-        out = attention(q, k.astype(q.dtype), v.astype(q.dtype), mask, scale=self.head_dim**-0.5, impl=self.impl,
-                        chunk=self.chunk)
-        return self.o_proj(out.reshape(B, T, -1)), new_kv
+        return self._attend(q, k, v, mask), new_kv
 
 
 class TextMLP(nnx.Module):
@@ -119,11 +137,19 @@ class DecoderLayer(nnx.Module):
         self.self_attn = TextAttention(cfg, rngs=rngs)
         self.mlp = TextMLP(cfg, rngs=rngs)
 
-    def __call__(self, x, cos, sin, mask, cache_kv=None, cache_index=None):
-        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache_kv, cache_index)
+    def _mlp_block(self, x, h):
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
-        return constrain(x, ("batch", "seq", "act_embed")), new_kv
+        return constrain(x, ("batch", "seq", "act_embed"))
+
+    def __call__(self, x, cos, sin, mask, cache_kv=None, cache_index=None):
+        h, new_kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache_kv, cache_index)
+        return self._mlp_block(x, h), new_kv
+
+    def shared(self, x, cos, sin, mask, group: int):
+        """x = (prefix [B/G, P, D], completions [B, N, D]) -> the same after this layer (TextAttention.shared)."""
+        hp, hs = self.self_attn.shared(tuple(self.input_layernorm(a) for a in x), cos, sin, mask, group)
+        return self._mlp_block(x[0], hp), self._mlp_block(x[1], hs)
 
 
 def attention_mask_for(

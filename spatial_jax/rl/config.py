@@ -116,7 +116,11 @@ class RLConfig:
     """GRPO / GSPO. Each step samples group_size rollouts for each of prompts_per_step prompts, scores them, and
     runs updates_per_batch passes over them in micro-batches of micro_batch rollouts (0 = all at once).
     Group advantages (eq. 2) take eps and the std kind from the method's reward config where it has them.
-    max_tool_turns > 0 (AlloSpatial) runs multi-turn rollouts: tool output joins the context but carries no loss."""
+    max_tool_turns > 0 (AlloSpatial) runs multi-turn rollouts: tool output joins the context but carries no loss.
+    shared_prefix: the update (and the KL reference) runs each prompt through the decoder once for its G rollouts,
+    whose completions attend to its keys; the same loss to float rounding, fewer tokens through every layer. It
+    applies to micro-batches of whole groups without tool pictures, and takes xla or splash attention (cudnn
+    falls back to xla for those calls)."""
 
     def __post_init__(self):
         check_range(self, "steps", 0, MAX_STEPS)
@@ -142,6 +146,7 @@ class RLConfig:
     sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_new_tokens=288)
     blank_fill: Literal["mean", "black", "white"] = "mean"
     overlong_filter: bool = False
+    shared_prefix: bool = False
     max_tool_turns: int = 0
     max_tool_tokens: int = 512
     checkpoint_every: int = 10

@@ -204,10 +204,11 @@ def _rows(mc: ModelConfig, rows: int, length: int, grid) -> tuple[np.ndarray, np
     return ids, np.ones_like(ids), pixels, np.tile(np.asarray([grid], np.int64), (rows, 1))
 
 
-def _seq_batch(mc, rows, prompt, completion, grid):
+def _seq_batch(mc, rows, prompt, completion, grid, group: int = 1):
+    """The update's rows; with `group` > 1 each run of `group` rows shares its prompt (rl.shared_prefix)."""
     ids, mask, pixels, grids = _rows(mc, rows, prompt, grid)
     targets = np.ones((rows, completion), np.int32)
-    return st.make_seq_batch(mc, ids, mask, targets, np.ones_like(targets), pixels, grids)
+    return st.make_seq_batch(mc, ids, mask, targets, np.ones_like(targets), pixels, grids, group=group)
 
 
 def _rl_data(seq, rows: int, completion: int) -> st.RLData:
@@ -483,10 +484,14 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | N
         run.discard("sft_update")
     out: list[Program] = []
     R = shapes.micro_batch
+    # as the trainer runs it: each prompt once for its G rollouts when the micro-batch holds whole groups
+    group = rc.group_size if rc.shared_prefix and R % rc.group_size == 0 else 1
     seq = None
     if run & {"rl_update", "reference_forward"}:
-        seq = _seq_batch(mc, R, shapes.prompt, shapes.completion, grid)
+        seq = _seq_batch(mc, R, shapes.prompt, shapes.completion, grid, group)
     what = f"{R} rollouts x ({shapes.prompt} + {shapes.completion}) tokens"
+    if group > 1:
+        what = f"{R // group} prompts x {shapes.prompt} + {R} completions x {shapes.completion} tokens (shared prefix)"
     if "rl_update" in run:
         data = _rl_data(seq, R, shapes.completion)
         args = (policy.graphdef, policy.trainable, policy.frozen, rl_opt, _batch_placed(data, mesh, R), rc.loss,

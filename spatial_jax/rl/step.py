@@ -2,8 +2,10 @@
 
 A `SeqBatch` is a prompt block [R, P] (left-padded) followed by a target block [R, N] (right-padded): the completion
 in RL, the reference completion in SFT. Only the N target positions go through the LM head, via the fused kernel,
-so [R * N, V] logits are never held. Steps are pure functions of (trainable state, frozen state, optimiser state,
-batch) with the graph definition static, so one compile serves every step of a shape.
+so [R * N, V] logits are never held. With `group` G > 1 (the G rollouts of a prompt, consecutive rows) each
+prompt goes through the decoder once and its completions attend to its keys (Qwen3VL.shared_prefix_hidden).
+Steps are pure functions of (trainable state, frozen state, optimiser state, batch) with the graph definition
+static, so one compile serves every step of a shape.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class SeqBatch:
     vision: VisionInputs | None
     target_mask: jax.Array  # float32 [R, N]: tokens that carry loss
     prompt_len: int = flax.struct.field(pytree_node=False)
+    group: int = flax.struct.field(pytree_node=False, default=1)
 
 
 @flax.struct.dataclass
@@ -44,10 +47,12 @@ class RLData:
 
 
 def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pixel_values, image_grid_thw,
-                   loss_mask=None, row_group=None, row_image_counts=None) -> SeqBatch:
+                   loss_mask=None, row_group=None, row_image_counts=None, group: int = 1) -> SeqBatch:
     """Host arrays -> SeqBatch (positions from the model's M-RoPE index over the whole sequence). With `row_group`
     (rows with one id show the same images, given row by row: vision.prepare_vision_inputs) each group's images
-    are encoded once in the step and their features shared by its rows."""
+    are encoded once in the step and their features shared by its rows. With `group` G > 1 every run of G rows
+    shares its prompt (ids, mask and positions, checked here) and the step runs each prompt once; the targets
+    then hold no image token."""
     prompt_ids = np.asarray(prompt_ids, np.int32)
     targets = np.asarray(targets, np.int32)
     target_mask = np.asarray(target_mask, np.int32)
@@ -62,10 +67,31 @@ def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pix
                                        buckets=model_cfg.vision_buckets, row_group=row_group,
                                        row_image_counts=row_image_counts)
     loss = target_mask if loss_mask is None else np.asarray(loss_mask, np.int32) * target_mask
+    P = prompt_ids.shape[1]
+    if group > 1:
+        check_shared_prefix(model_cfg, ids, mask, np.asarray(positions), P, group)
     return SeqBatch(
         input_ids=jnp.asarray(ids), attention_mask=jnp.asarray(mask), positions=jnp.asarray(positions, jnp.int32),
-        vision=vision, target_mask=jnp.asarray(loss, jnp.float32), prompt_len=prompt_ids.shape[1],
+        vision=vision, target_mask=jnp.asarray(loss, jnp.float32), prompt_len=P, group=group,
     )
+
+
+def check_shared_prefix(model_cfg, ids, mask, positions, P: int, group: int) -> None:
+    """ValueError unless the rows come in whole runs of `group` with one prompt each (ids, mask, positions) and no
+    image token after the prompt (it would need features the shared forward writes into prompts only)."""
+    R = ids.shape[0]
+    if R % group:
+        raise ValueError(f"{R} rows do not make whole groups of {group} for a shared-prefix step")
+    for name, a in (("ids", ids[:, :P]), ("mask", mask[:, :P]), ("positions", positions[:, :, :P].swapaxes(0, 1))):
+        g = a.reshape(R // group, group, *a.shape[1:])
+        bad = np.flatnonzero(np.any((g != g[:, :1]).reshape(R // group, -1), axis=1))
+        if bad.size:
+            raise ValueError(f"rows {bad[0] * group}..{bad[0] * group + group - 1} differ in their prompt {name}: "
+                             "a shared-prefix step needs each group's rows to share it")
+    media = [t for t in (model_cfg.image_token_id, model_cfg.video_token_id) if t is not None]
+    if media and np.isin(ids[:, P:], media).any():
+        raise ValueError("a target holds an image token (a tool picture): a shared-prefix step takes images in "
+                         "the prompt only")
 
 
 def shard_batch(tree: Any, mesh) -> Any:
@@ -89,16 +115,24 @@ def shard_batch(tree: Any, mesh) -> Any:
 
 def target_logprobs(model, seq: SeqBatch, temperature: float, impl: str = "auto") -> tuple[jax.Array, jax.Array]:
     """(log pi(target) at `temperature`, full-vocabulary entropy at `temperature`), each [R, N], float32."""
-    hidden, _ = model(seq.input_ids, positions=seq.positions, attention_mask=seq.attention_mask, vision=seq.vision,
-                      return_hidden=True)
-    R, L, D = hidden.shape
-    P = seq.prompt_len
-    h = hidden[:, P - 1 : L - 1].reshape(-1, D)  # position t predicts token t + 1
+    P, G = seq.prompt_len, seq.group
+    # position t predicts token t + 1: the prompt's last position the first target, each target the next
+    if G > 1:
+        last, rest = model.shared_prefix_hidden(seq.input_ids, positions=seq.positions,
+                                                attention_mask=seq.attention_mask, vision=seq.vision, prompt_len=P,
+                                                group=G)
+        hidden = jnp.concatenate([jnp.repeat(last, G, axis=0)[:, None], rest[:, :-1]], axis=1)
+    else:
+        hidden, _ = model(seq.input_ids, positions=seq.positions, attention_mask=seq.attention_mask,
+                          vision=seq.vision, return_hidden=True)
+        hidden = hidden[:, P - 1 : -1]
+    R, N, D = hidden.shape
+    h = hidden.reshape(-1, D)
     tgt = seq.input_ids[:, P:].reshape(-1)
     # the head in the compute dtype, as the forward's logits use it (a float32 master would make the matmul float32)
     lp, ent = linear_logprob_entropy(h, model.lm_head_weight().astype(h.dtype), tgt, impl=impl,
                                      temperature=temperature)
-    return lp.reshape(R, L - P), ent.reshape(R, L - P)
+    return lp.reshape(R, N), ent.reshape(R, N)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))

@@ -263,6 +263,8 @@ class Trainer(Workspace):
         items, patches = comps.item_starts()
         # each prompt's images are encoded once per micro-batch; tool pictures make a group's rows' images differ
         share = not np.any(getattr(comps, "num_tool_pictures", 0))
+        G = rc.group_size
+        group = G if rc.shared_prefix and share and micro % G == 0 else 1
         datas = []
         for m in range(n_micro):
             rows = slice(m * micro, (m + 1) * micro)
@@ -271,8 +273,8 @@ class Trainer(Workspace):
                 context[rows], comps.pixel_values[patches[items[rows.start]] : patches[items[rows.stop]]],
                 comps.image_grid_thw[items[rows.start] : items[rows.stop]],
                 loss_mask=mask[rows],
-                row_group=np.arange(rows.start, rows.stop) // self.cfg.rl.group_size if share else None,
-                row_image_counts=comps.image_counts[rows] if share else None,
+                row_group=np.arange(rows.start, rows.stop) // G if share else None,
+                row_image_counts=comps.image_counts[rows] if share else None, group=group,
             )
             seq = st.shard_batch(seq, self.mesh)
             if rc.loss.kl_coef > 0:
