@@ -118,6 +118,17 @@ def _params(job):
     return jax.tree.map(np.asarray, job.trainable)
 
 
+def _rollouts(job, prompts: int):
+    """The job's rollouts of its first `prompts` training prompts, sampled as its RL stage samples them."""
+    from spatial_jax.data.pipeline import train_iterator
+
+    batch = next(train_iterator(job.cfg.data, job.tok, job.method.prompt, prompts, image_cfg=job.policy.image_cfg))
+    sampling = dataclasses.replace(job.cfg.rl.sampling, stop_token_ids=(job.tok.im_end_id,),
+                                   pad_token_id=job.tok.pad_id)
+    with jax.set_mesh(job.mesh):
+        return job.collect(0, batch, sampling).completions
+
+
 @pytest.mark.slow
 def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     from spatial_jax.rl.train import Trainer
@@ -127,13 +138,7 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     sharded = Trainer(tiny(tmp_path / "mesh", "rl.prompts_per_step=4", "rl.group_size=2", lr, "mesh.data=2",
                            "mesh.fsdp=2", "mesh.tensor=2"))
     assert len(sharded.mesh.devices.flat) == 8
-    from spatial_jax.data.pipeline import train_iterator
-
-    batch = next(train_iterator(one.cfg.data, one.tok, one.method.prompt, 4, image_cfg=one.policy.image_cfg))
-    sampling = dataclasses.replace(one.cfg.rl.sampling, stop_token_ids=(one.tok.im_end_id,),
-                                   pad_token_id=one.tok.pad_id)
-    with jax.set_mesh(one.mesh):
-        comps = one.collect(0, batch, sampling).completions
+    comps = _rollouts(one, 4)
     adv = np.linspace(-1.0, 1.0, len(comps.texts)).astype(np.float32)  # fixed, non-trivial advantages
     results = []
     for job in (one, sharded):
@@ -153,16 +158,12 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
 @pytest.mark.slow
 def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
     """Two accumulated micro-batches, each divided by the whole batch's token count, equal one full-batch step."""
-    from spatial_jax.data.pipeline import train_iterator
     from spatial_jax.rl.train import Trainer
 
     lr = "rl.optim.warmup_ratio=0.0"
     full = Trainer(tiny(tmp_path / "full", "rl.prompts_per_step=2", "rl.group_size=2", lr))
     split = Trainer(tiny(tmp_path / "split", "rl.prompts_per_step=2", "rl.group_size=2", "rl.micro_batch=2", lr))
-    batch = next(train_iterator(full.cfg.data, full.tok, full.method.prompt, 2, image_cfg=full.policy.image_cfg))
-    sampling = dataclasses.replace(full.cfg.rl.sampling, stop_token_ids=(full.tok.im_end_id,),
-                                   pad_token_id=full.tok.pad_id)
-    comps = full.collect(0, batch, sampling).completions
+    comps = _rollouts(full, 2)
     adv = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
     params = []
     for job in (full, split):
@@ -179,7 +180,6 @@ def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
 def test_shared_prefix_update_equals_the_whole_row_update(tmp_path, monkeypatch):
     """rl.shared_prefix: the trainer builds groups of G rows (each prompt once) for the update and the KL reference,
     and one step from the same rollouts ends at the whole-row step's loss, KL and parameters."""
-    from spatial_jax.data.pipeline import train_iterator
     from spatial_jax.rl import step as st
     from spatial_jax.rl.train import Trainer
 
@@ -189,10 +189,7 @@ def test_shared_prefix_update_equals_the_whole_row_update(tmp_path, monkeypatch)
     extra = ("rl.prompts_per_step=2", "rl.group_size=2", "rl.optim.warmup_ratio=0.0", "rl.loss.kl_coef=0.05")
     whole = Trainer(tiny(tmp_path / "whole", *extra))
     shared = Trainer(tiny(tmp_path / "shared", *extra, "rl.shared_prefix=true"))
-    batch = next(train_iterator(whole.cfg.data, whole.tok, whole.method.prompt, 2, image_cfg=whole.policy.image_cfg))
-    sampling = dataclasses.replace(whole.cfg.rl.sampling, stop_token_ids=(whole.tok.im_end_id,),
-                                   pad_token_id=whole.tok.pad_id)
-    comps = whole.collect(0, batch, sampling).completions
+    comps = _rollouts(whole, 2)
     adv = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
     results = []
     for job in (whole, shared):
@@ -276,14 +273,10 @@ def test_each_method_runs_tiny_steps(method, extra, dense, tmp_path):
 def test_overlong_filter_trains_only_rollouts_that_stopped(tmp_path):
     """rl.overlong_filter masks every rollout that never wrote <|im_end|> (a random policy's always run to
     max_new_tokens, so one rollout here is made to stop at its last token)."""
-    from spatial_jax.data.pipeline import train_iterator
     from spatial_jax.rl.train import Trainer
 
     job = Trainer(tiny(tmp_path, "rl.overlong_filter=true", "rl.prompts_per_step=2", "rl.group_size=2"))
-    batch = next(train_iterator(job.cfg.data, job.tok, job.method.prompt, 2, image_cfg=job.policy.image_cfg))
-    sampling = dataclasses.replace(job.cfg.rl.sampling, stop_token_ids=(job.tok.im_end_id,),
-                                   pad_token_id=job.tok.pad_id)
-    comps = job.collect(0, batch, sampling).completions
+    comps = _rollouts(job, 2)
     assert not np.any((comps.tokens == job.tok.im_end_id) & (comps.mask > 0))
     tokens = comps.tokens.copy()
     tokens[1, int(comps.mask[1].sum()) - 1] = job.tok.im_end_id
