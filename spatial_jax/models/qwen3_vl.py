@@ -195,7 +195,8 @@ class Qwen3VL(nnx.Module):
             raise ValueError(f"positions must be [3, B, T] = {(3, B, T)}, got {positions.shape}")
 
         x = constrain(self.embed_tokens(input_ids), ("batch", "seq", "act_embed"))
-        deepstack: tuple[jax.Array, ...] = ()
+        # DeepStack: the first len(injections) layers get the multi-level visual features added to their output
+        injections: list[jax.Array] = []
         if vision is not None:
             img_mask = (input_ids == cfg.image_token_id) | (input_ids == cfg.video_token_id)  # video frames too
             if host_ids is not None and _is_concrete(vision.segment_ids, vision.row_feature_count):
@@ -205,26 +206,19 @@ class Qwen3VL(nnx.Module):
                 if np.shape(n_tok) != np.shape(n_feat) or np.any(n_tok != n_feat):
                     raise ValueError(f"image tokens ({np.asarray(n_tok).tolist()}) and image features "
                                      f"({np.asarray(n_feat).tolist()}) do not match")
-            feats, deepstack = self.visual(vision)
-            idx = feature_slots(vision, img_mask)  # each image token's merged feature
-            x = jnp.where(img_mask[..., None], jnp.take(feats, idx, axis=0).astype(x.dtype), x)
+            feats, injections = self._image_features(vision, img_mask, feature_slots(vision, img_mask), x.dtype)
+            x = jnp.where(img_mask[..., None], feats, x)
 
-        cos, sin = rope.mrope_cos_sin(positions, cfg.text.head_dim, cfg.text.rope_theta, cfg.text.mrope_section)
-        cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+        cos, sin = self._rotary(positions, x.dtype)
         if paged:  # cache_index becomes the flat page indices every layer writes and reads
             mask, cache_index, new_lengths = paged_inputs(cache, attention_mask)
         else:
             mask, key_mask = attention_mask_for(attention_mask, cache, cache_index)
 
-        # DeepStack: the first len(deepstack) layers get the multi-level visual features added to their output
-        def injected(i):
-            return jnp.where(img_mask[..., None], jnp.take(deepstack[i], idx, axis=0).astype(x.dtype), 0)
-
         # Recomputation only pays in a backward pass; with a KV cache (sampling) the plain layer also runs inside
         # the sampler's while_loop, where the lifted remat cannot reach the loop's state.
         remat = "none" if cache is not None else cfg.decoder_remat
         if cfg.scan_layers:
-            injections = [injected(i) for i in range(len(deepstack))]
             x, new_keys, new_values = self._run_stacked(x, cos, sin, mask, injections, cache, cache_index, remat)
         else:
             run_layer = _run_layer if remat == "none" else nnx.remat(_run_layer, policy=REMAT_POLICIES[remat])
@@ -235,8 +229,8 @@ class Qwen3VL(nnx.Module):
                 if new_kv is not None:
                     new_keys.append(new_kv[0])
                     new_values.append(new_kv[1])
-                if i < len(deepstack):
-                    x = x + injected(i)
+                if i < len(injections):
+                    x = x + injections[i]
         x = self.norm(x)
         if paged:
             new_cache = cache.replace(keys=tuple(new_keys), values=tuple(new_values), lengths=new_lengths)
@@ -267,37 +261,29 @@ class Qwen3VL(nnx.Module):
         ids = (input_ids[::G, :P], input_ids[:, P:])
         am = (attention_mask[::G, :P].astype(jnp.int32), attention_mask[:, P:].astype(jnp.int32))
         x = tuple(constrain(self.embed_tokens(i), ("batch", "seq", "act_embed")) for i in ids)
-        deepstack: tuple[jax.Array, ...] = ()
+        dtype = x[0].dtype
+        injections: list[jax.Array] = []
         if vision is not None:
             img_mask = (input_ids == cfg.image_token_id) | (input_ids == cfg.video_token_id)
-            feats, deepstack = self.visual(vision)
             idx = feature_slots(vision, img_mask)[::G, :P]  # a group's first row's slots serve the whole group
             img_mask = img_mask[::G, :P]
-            x = (jnp.where(img_mask[..., None], jnp.take(feats, idx, axis=0).astype(x[0].dtype), x[0]), x[1])
-
-        def rotary(pos):
-            cos, sin = rope.mrope_cos_sin(pos, cfg.text.head_dim, cfg.text.rope_theta, cfg.text.mrope_section)
-            return cos.astype(x[0].dtype), sin.astype(x[0].dtype)
-
-        (cos_p, sin_p), (cos_s, sin_s) = rotary(positions[:, ::G, :P]), rotary(positions[:, :, P:])
+            feats, injections = self._image_features(vision, img_mask, idx, dtype)
+            x = (jnp.where(img_mask[..., None], feats, x[0]), x[1])
+        cos_p, sin_p = self._rotary(positions[:, ::G, :P], dtype)
+        cos_s, sin_s = self._rotary(positions[:, :, P:], dtype)
         seg = tuple((a > 0).astype(jnp.int32) for a in am)
         mask = (AttentionMask(segment_ids=seg[0], causal=True),
                 AttentionMask(segment_ids=seg[1], kv_segment_ids=jnp.concatenate([jnp.repeat(seg[0], G, 0), seg[1]],
                                                                                   axis=1),
                               causal=True, causal_offset=P))
-        injections = [jnp.where(img_mask[..., None], jnp.take(d, idx, axis=0).astype(x[0].dtype), 0) for d in deepstack]
         args = ((cos_p, cos_s), (sin_p, sin_s), mask, G)
         remat = cfg.decoder_remat
         if cfg.scan_layers:
-            def layer_fn(layer, x, extra):
+            def step(layer, x, extra):
                 xp, xs = layer.shared(x, *args)
-                return ((xp if extra is None else xp + extra), xs), None
+                return (xp if extra is None else xp + extra), xs
 
-            n = len(injections)
-            if n:
-                x, _ = run_stack(self.layers, layer_fn, x, jnp.stack(injections), stop=n, remat=remat)
-            if n < cfg.text.num_hidden_layers:
-                x, _ = run_stack(self.layers, layer_fn, x, start=n, remat=remat)
+            x = self._scan_uncached(x, step, injections, remat)
         else:
             run = _run_shared_layer if remat == "none" else nnx.remat(_run_shared_layer, policy=REMAT_POLICIES[remat],
                                                                       static_argnums=(5,))
@@ -307,12 +293,43 @@ class Qwen3VL(nnx.Module):
                     x = (x[0] + injections[i], x[1])
         return self.norm(x[0])[:, -1], self.norm(x[1])
 
+    def _rotary(self, positions: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+        """The M-RoPE (cos, sin) tables of positions [3, B, T] in the compute dtype."""
+        t = self.cfg.text
+        cos, sin = rope.mrope_cos_sin(positions, t.head_dim, t.rope_theta, t.mrope_section)
+        return cos.astype(dtype), sin.astype(dtype)
+
+    def _image_features(self, vision: VisionInputs, img_mask: jax.Array, idx: jax.Array,
+                        dtype) -> tuple[jax.Array, list[jax.Array]]:
+        """The tower's merged features at the image tokens of img_mask [B, T] (feature slots idx [B, T]) and its
+        DeepStack features likewise, each [B, T, D] with 0 at the other tokens."""
+        feats, deepstack = self.visual(vision)
+
+        def at_tokens(f):
+            return jnp.where(img_mask[..., None], jnp.take(f, idx, axis=0).astype(dtype), 0)
+
+        return at_tokens(feats), [at_tokens(d) for d in deepstack]
+
+    def _scan_uncached(self, x, step, injected, remat):
+        """x through the stacked decoder layers without a KV cache, x = step(layer, x, extra) with `extra` the
+        layer's DeepStack features (None past them): one scan over the DeepStack layers (their features as
+        per-layer inputs) and one over the rest, so no [L, B, T, D] array of zeros is built for the layers without
+        features."""
+        def layer_fn(layer, x, extra):
+            return step(layer, x, extra), None
+
+        n = len(injected)
+        if n:
+            x, _ = run_stack(self.layers, layer_fn, x, jnp.stack(injected), stop=n, remat=remat)
+        if n < self.cfg.text.num_hidden_layers:
+            x, _ = run_stack(self.layers, layer_fn, x, start=n, remat=remat)
+        return x
+
     def _run_stacked(self, x, cos, sin, mask, injected, cache, cache_index, remat):
-        """The stacked decoder layers: one scan over the DeepStack layers (their features as per-layer inputs) and
-        one over the rest, so no [L, B, T, D] array of zeros is built for the layers without features. With a KV
-        cache the layers run in a Python loop over parameter slices: each layer's cache array is then updated in
-        place by its own dynamic_update_slice, where a scan's outputs would be fresh buffers, a copy of the whole
-        [L, B, S, ...] cache per decode step (and the sampler compiles once per shape, not once per update)."""
+        """The stacked decoder layers (_scan_uncached without a KV cache). With a KV cache the layers run in a
+        Python loop over parameter slices: each layer's cache array is then updated in place by its own
+        dynamic_update_slice, where a scan's outputs would be fresh buffers, a copy of the whole [L, B, S, ...]
+        cache per decode step (and the sampler compiles once per shape, not once per update)."""
         if cache is not None:
             def decode_layer(layer, x, inputs):
                 kv, extra = inputs
@@ -324,16 +341,11 @@ class Qwen3VL(nnx.Module):
                                scan=False)
             return x, [k for k, _ in kvs], [v for _, v in kvs]
 
-        def layer_fn(layer, x, extra):
+        def step(layer, x, extra):
             x, _ = layer(x, cos, sin, mask)
-            return (x if extra is None else x + extra), None
+            return x if extra is None else x + extra
 
-        n = len(injected)
-        if n:
-            x, _ = run_stack(self.layers, layer_fn, x, jnp.stack(injected), stop=n, remat=remat)
-        if n < self.cfg.text.num_hidden_layers:
-            x, _ = run_stack(self.layers, layer_fn, x, start=n, remat=remat)
-        return x, [], []
+        return self._scan_uncached(x, step, injected, remat), [], []
 
 
 def create_model(cfg: ModelConfig, *, seed: int = 0, mesh: jax.sharding.Mesh | None = None) -> Qwen3VL:
