@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Wheels of the kernels that `benchmarks/triton_entropy.py --peers` runs beside this project's, for the device machine
-# (Python 3.12, x86-64, no registry; torch and triton are on its image). All are pure Python + Triton, fetched without
-# their dependencies: verl's (ray, transformers, tensordict, ...) are never imported, benchmarks/peers.py loads only
-# verl's kernel files. Into the git-ignored .whl/, which benchmarks/gpu_session.sh installs (one version of each
-# package: two would stop that install, so older versions of these three are removed); verl 0.7.0, the release
+# Wheels of the kernels that `benchmarks/triton_entropy.py --peers` runs beside this project's, and of the JAX libraries
+# this project pins (flax, optax: the image has its own versions), for the device machine (Python 3.12, x86-64, no
+# registry; torch, triton and jax are on its image). All are pure Python (+ Triton), fetched without their
+# dependencies: verl's (ray, transformers, tensordict, ...) are never imported, benchmarks/peers.py loads only verl's
+# kernel files. Into the git-ignored .whl/, which benchmarks/gpu_session.sh installs (one version of each package:
+# two would stop that install, so older versions of these are removed); verl 0.7.0, the release
 # before its vocabulary-padding fix, goes to .whl/parity-only/, which is read as a zip, never installed.
 #     bash benchmarks/fetch_peer_wheels.sh      # then name .whl in the device call's carry
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-pins=(cut-cross-entropy==25.1.1 liger-kernel==0.8.5 verl==0.9.1)
+pins=(cut-cross-entropy==25.1.1 liger-kernel==0.8.5 verl==0.9.1 flax==0.12.8 optax==0.2.8)
 old=verl==0.7.0
 
 get() {  # the device README's recipe: the wheel pip would pick for CPython 3.12 on manylinux x86-64

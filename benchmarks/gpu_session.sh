@@ -1,56 +1,83 @@
 #!/usr/bin/env bash
-# The kernels' GPU checks in one call, for a session lent an NVIDIA machine (an H200 here). Steps:
-#   peers   benchmarks/triton_entropy.py --peers: this kernel, Cut Cross-Entropy, Liger and verl (and verl 0.7.0, for
-#           parity) against the float64 reference at V 151,936 and 151,935 in two logit regimes, then their forward
-#           and forward+backward time and memory at N 8192 and 32768. The peers travel as wheels: run
-#           `bash benchmarks/fetch_peer_wheels.sh` here and name .whl in the call's carry; they are installed into
-#           /tmp/site first;
-#   triton  parity against the float64 reference, a launch-config sweep at the first N, then triton vs naive vs the
-#           bare-matmul floor at N 8192 and 32768 (D 4096, V 151,936, bf16): time and peak memory;
-#   jax     benchmarks/entropy_kernels.py at the same shapes: naive, xla (the backend's default tiles), floor;
-#   tiles   xla alone with other tile sizes (XLA's GPU loops pay per trip, so the tile size matters there).
-# Each step has its own time limit, so one that hangs or runs long leaves the others their time; peers runs first.
-# Results and logs go to $OUT (the device tool's folder) or benchmarks/out/; at most 8 files come back from $OUT, so
-# name a few steps per call (peers and triton write 6 with gpu.txt).
-#     bash benchmarks/gpu_session.sh                 # all steps; or name some: bash benchmarks/gpu_session.sh peers
+# The GPU measurements in one call, for a session lent an NVIDIA machine (an H200 here). Steps:
+#   peers   benchmarks/triton_entropy.py --peers: this project's Triton kernel (with and without the entropy), its JAX
+#           kernel (xla), Cut Cross-Entropy, Liger and verl (and verl 0.7.0, for parity) against the float64
+#           reference at V 151,936 and 151,935 in two logit regimes, then forward and forward+backward time and memory
+#           beside the bare matmuls at N 8192, D 4096, both V, bf16;
+#   rl      benchmarks/step_gpu.py rl: the RL update of a Qwen3-VL-4B-shaped random policy, whole rows and shared
+#           prefix: tokens/s and MFU;
+#   decode  benchmarks/step_gpu.py decode: the paged engine's decode step at 1, 16 and 64 sequences against the HBM
+#           roofline;
+#   triton  benchmarks/triton_entropy.py --sweep: parity, launch-config sweep, triton vs naive vs floor;
+#   jax     benchmarks/entropy_kernels.py at N 8192 and 32768: naive, xla, floor;
+#   tiles   xla alone with other tile sizes.
+# The peers and the JAX libraries this project pins travel as wheels: run `bash benchmarks/fetch_peer_wheels.sh`
+# here and name .whl in the call's carry; they are installed into /tmp/site first (torch, triton and jax are the
+# image's). Each step has its own time limit (T_PEERS, ...), so one that hangs or fails leaves the others their
+# time. Results go to $OUT (the device tool's folder) or benchmarks/out/: one log for all steps and a JSON (and for
+# peers a markdown table) per step, within the 8 files a call brings back.
+#     bash benchmarks/gpu_session.sh                 # peers rl decode; or name steps: bash benchmarks/gpu_session.sh rl
+# RL_ARGS and DECODE_ARGS add arguments to those steps (a CPU dry run: RL_ARGS="--model tiny --image 64 ...").
 set -u
 out=${OUT:-benchmarks/out}
 mkdir -p "$out"
+log=$out/session.log
 py=${PYTHON:-python3}
-steps=${*:-peers triton jax tiles}
+steps=${*:-peers rl decode}
 site=
-if [[ " $steps " == *" peers "* ]] && compgen -G ".whl/*.whl" >/dev/null; then
-  # the device README's recipe: no registry there and no dependencies (torch and triton are on the image)
+if compgen -G ".whl/*.whl" >/dev/null; then
+  # the device README's recipe: no registry there and no dependencies (they are on the image)
   if $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   then site=/tmp/site
-  else echo "the peers' wheels did not install: they will show as not installed"
+  else echo "the carried wheels did not install: the image's versions (or none) are used" | tee -a "$log"
   fi
 fi
+if [[ -n $site ]] && ! PYTHONPATH=$site $py -c "import flax.nnx, optax" >/dev/null 2>&1; then
+  # the pinned flax or optax does not import beside the image's jax: the image's own versions are used
+  echo "the carried flax/optax do not import here: using the image's" | tee -a "$log"
+  rm -rf "$site"/flax* "$site"/optax*
+fi
 export PYTHONPATH="$PWD${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-shapes=(--dtype bfloat16 --n 8192 32768 --v 151936 --d 4096 --repeats 3)
+has() { [[ " $steps " == *" $1 "* ]]; }
+run() {  # run NAME SECONDS CMD...: the step's output into the log, its exit status and wall time after it
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  echo "=== $name (limit ${limit} s)" | tee -a "$log"
+  timeout "$limit" "$@" 2>&1 | tee -a "$log"
+  echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s" | tee -a "$log"
+}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
-$py -c "import jax, torch, triton; print('jax', jax.__version__, 'torch', torch.__version__, 'triton',
-triton.__version__, torch.cuda.get_device_name())" 2>&1 | tee -a "$out/gpu.txt"
-if [[ " $steps " == *" peers "* ]]; then
-  # jax, imported by the kernels package, must not grab 75% of the memory the torch kernels need
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${T_PEERS:-420}" $py benchmarks/triton_entropy.py --peers \
-    --budget-s 1 --out "$out/triton_entropy_peers.json" 2>&1 | tee "$out/peers.log"
+$py -c "import jax, flax, optax, torch, triton; print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__,
+'optax', optax.__version__, 'torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
+  2>&1 | tee -a "$out/gpu.txt"
+# torch and JAX share the GPU in the peers step: JAX must not take 75% of its memory first
+if has peers; then
+  XLA_PYTHON_CLIENT_PREALLOCATE=false run peers "${T_PEERS:-170}" $py benchmarks/triton_entropy.py --peers --ns 8192 \
+    --parity-n 2048 --budget-s 0.5 --out "$out/triton_entropy_peers.json"
 fi
-if [[ " $steps " == *" triton "* ]]; then
-  # torch owns the GPU here; the kernels package imports jax, which must not grab 75% of the memory first
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${T_TRITON:-240}" $py benchmarks/triton_entropy.py --sweep \
-    --budget-s 0.5 --out "$out/triton_entropy.json" 2>&1 | tee "$out/triton.log"
+# JAX alone on the GPU: a 4B model's weights, Adam state and activations need most of its memory
+if has rl; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 run rl "${T_RL:-240}" $py benchmarks/step_gpu.py rl ${RL_ARGS:-} \
+    --out "$out/step_gpu_rl.json"
 fi
-export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9  # naive at N = 32768 needs tens of GiB
-if [[ " $steps " == *" jax "* ]]; then
-  timeout "${T_JAX:-200}" $py benchmarks/entropy_kernels.py "${shapes[@]}" \
-    --out "$out/entropy_kernels_h200.json" 2>&1 | tee "$out/jax.log"
+if has decode; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 run decode "${T_DECODE:-140}" $py benchmarks/step_gpu.py decode \
+    ${DECODE_ARGS:-} --out "$out/step_gpu_decode.json"
 fi
-if [[ " $steps " == *" tiles "* ]]; then
+if has triton; then
+  XLA_PYTHON_CLIENT_PREALLOCATE=false run triton "${T_TRITON:-240}" $py benchmarks/triton_entropy.py --sweep \
+    --budget-s 0.5 --out "$out/triton_entropy.json"
+fi
+shapes=(--dtype bfloat16 --n 8192 32768 --v 151936 --d 4096 --repeats 3)
+if has jax; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 run jax "${T_JAX:-200}" $py benchmarks/entropy_kernels.py "${shapes[@]}" \
+    --out "$out/entropy_kernels_h200.json"
+fi
+if has tiles; then
   for tiles in "2048 8192" "4096 8192" "8192 4096"; do
     set -- $tiles
-    timeout "${T_TILES:-60}" $py benchmarks/entropy_kernels.py "${shapes[@]}" --impls xla --block-n "$1" \
-      --block-v "$2" --out "$out/xla_tiles_$1x$2.json" 2>&1 | tee -a "$out/tiles.log"
+    XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 run "tiles $1x$2" "${T_TILES:-60}" $py benchmarks/entropy_kernels.py \
+      "${shapes[@]}" --impls xla --block-n "$1" --block-v "$2" --out "$out/xla_tiles_$1x$2.json"
   done
 fi

@@ -7,7 +7,12 @@ Every adapter has one signature,
 differentiable in h and w. w is this project's layout; the peers take the head as nn.Linear stores it, [V, D], and
 get w.t(): no copy when w is itself the transposed view of such a head, which is how the benchmark builds it.
 
-  spatial-jax        spatial_jax/kernels/triton_entropy.py: log p and entropy; no switch turns the entropy off.
+  spatial-jax        spatial_jax/kernels/triton_entropy.py: log p and entropy; with entropy=False ("spatial-jax,
+                     log p only") log p alone, timed beside the cross-entropy-only peers.
+  spatial-jax JAX    spatial_jax.kernels (impl="xla": chunked online log-sum-exp, custom VJP) under jax.jit on the
+                     same device, given the torch tensors through DLPack (no copy; w as a contiguous [D, V] array);
+                     forward + backward is one program, jax.grad of g_lp . lp + g_H . H. Its memory is XLA's
+                     buffer assignment (temporaries + outputs), since torch's allocator does not see JAX's.
   cut-cross-entropy  Apple's CCE, linear_cross_entropy(e [N, D], c [V, D], targets, reduction="none"): per-token
                      cross-entropy, so log p = -loss; no entropy. Default options as users run them: its backward
                      skips vocabulary blocks whose gradient is below filter_eps ("high": bf16 eps / 32).
@@ -61,6 +66,7 @@ LP_ONLY = "log p only (cross-entropy)"
 # the vocabulary far below 0 and the top tokens near it: there a zero-padded column (exp(0) each) swamps the true
 # sum of exp, the case of verl issues 2656 and 2899, and bf16 rounding of the logits is coarser.
 REGIMES = {"std 4": (4.0, 0.0), "std 4, mean -16": (4.0, -16.0)}
+TIMED_REGIME = "std 4"  # the logits the timing runs on
 
 # Verdict thresholds. Forward in nats (max abs over rows); gradients relative, norm-wise. Above OK but within
 # WRONG is "imprecise": logits rounded to bf16 (spacing 1/16 to 1/8 at |logit| 8 to 32) land there, float32 logits
@@ -76,6 +82,58 @@ def ours(h, w, targets):
 def reference(h, w, targets):
     """Float64, materialised logits: the yardstick, through the same interface."""
     return logprob_entropy(h, w, targets)
+
+
+def ours_lp_only(h, w, targets):
+    return linear_logprob_entropy_triton(h, w, targets, entropy=False)
+
+
+@functools.cache
+def _jax_programs():
+    """(forward, forward + backward) of the JAX kernel, jitted once."""
+    import jax
+    import jax.numpy as jnp
+
+    from spatial_jax.kernels import linear_logprob_entropy as jax_kernel
+
+    def forward(h, w, targets):
+        return jax_kernel(h, w, targets, impl="xla")
+
+    def objective(h, w, targets, g_lp, g_ent):
+        lp, ent = forward(h, w, targets)
+        return jnp.sum(g_lp * lp + g_ent * ent)
+
+    return jax.jit(forward), jax.jit(jax.grad(objective, argnums=(0, 1)))
+
+
+def _to_jax(*tensors):
+    import jax
+
+    return [jax.dlpack.from_dlpack(t.detach().contiguous()) for t in tensors]
+
+
+def jax_inputs(h, w, targets, g_lp, g_ent):
+    """The JAX kernel's arguments as JAX arrays over the same device memory (targets as int32, JAX's default)."""
+    return _to_jax(h, w, targets.to(torch.int32), g_lp.float(), g_ent.float())
+
+
+def jax_forward_backward(h, w, targets, g_lp, g_ent):
+    """forward_backward's result for the JAX kernel, as torch tensors."""
+    hj, wj, tj, glj, gej = jax_inputs(h, w, targets, g_lp, g_ent)
+    forward, grads = _jax_programs()
+    return tuple(torch.from_dlpack(x) for x in (*forward(hj, wj, tj), *grads(hj, wj, tj, glj, gej)))
+
+
+def jax_timed(mode, h, w, targets, g_lp, g_ent):
+    """(a call of the JAX kernel in `mode` that waits for its result, bytes it holds above its inputs)."""
+    import jax
+
+    args = jax_inputs(h, w, targets, g_lp, g_ent)
+    forward, grads = _jax_programs()
+    fn, args = (forward, args[:3]) if mode == "fwd" else (grads, args)
+    mem = fn.lower(*args).compile().memory_analysis()
+    return (lambda: jax.block_until_ready(fn(*args))), int(mem.temp_size_in_bytes + mem.output_size_in_bytes
+                                                           - mem.alias_size_in_bytes)
 
 
 def cce(h, w, targets):
@@ -165,6 +223,9 @@ class Peer:
     timed: bool = True
     contiguous_dv: bool = False  # given w as a contiguous [D, V] tensor rather than a [V, D] head's view
     release: str | None = None  # version known without package metadata
+    # a kernel outside torch autograd (the JAX one): its own forward_backward, and its own timed call and memory
+    forward_backward: Callable | None = None
+    timed_call: Callable | None = None
 
     def version(self) -> str:
         if self.release or self.dist is None:
@@ -179,6 +240,9 @@ PEERS = (
     Peer("spatial-jax", ours, BOTH),
     # RESULTS.md's layout: w [D, V] contiguous; the row above gets an nn.Linear head's transposed view like the peers
     Peer("spatial-jax, w [D,V] contiguous", ours, BOTH, contiguous_dv=True),
+    Peer("spatial-jax, log p only", ours_lp_only, LP_ONLY),
+    Peer("spatial-jax JAX (xla)", None, BOTH, _installed("jax", "jax"), "jax", contiguous_dv=True,
+         forward_backward=jax_forward_backward, timed_call=jax_timed),
     Peer("cut-cross-entropy", cce, LP_ONLY, _installed("cut_cross_entropy", "cut-cross-entropy"), "cut-cross-entropy"),
     Peer("liger-kernel", liger, LP_ONLY, _installed("liger_kernel", "liger-kernel"), "liger-kernel"),
     Peer("verl", verl, BOTH, _installed("verl", "verl"), "verl"),
@@ -255,7 +319,11 @@ def parity(peers, h, w, targets, g_lp, g_ent) -> dict[str, dict]:
     out = {}
     for p in peers:
         try:
-            lp, ent, dh, dw = forward_backward(p.fn, h, w_dv if p.contiguous_dv else w, targets, g_lp, g_ent)
+            ww = w_dv if p.contiguous_dv else w
+            if p.forward_backward is not None:
+                lp, ent, dh, dw = p.forward_backward(h, ww, targets, g_lp, g_ent)
+            else:
+                lp, ent, dh, dw = forward_backward(p.fn, h, ww, targets, g_lp, g_ent)
             r_dh, r_dw = r_lp_only if ent is None else r_full
             errors = {"lp_max_abs": _max_abs(lp, r_lp), "ent_max_abs": None if ent is None else _max_abs(ent, r_ent),
                       "dh_rel": _rel(dh, r_dh), "dw_rel": _rel(dw, r_dw)}
@@ -316,18 +384,31 @@ def _vs(x, base):
     return f"{x / base:.2f}x" if ok else "-"
 
 
+FLOOR = "matmul floor (cuBLAS)"
+
+
 def timing_markdown(result) -> str:
-    """Time and memory above inputs per (N, mode, kernel), each against the first kernel (spatial-jax)."""
+    """Time and memory above inputs per (N, V, mode, kernel), against the first kernel (spatial-jax) and the bare
+    matmuls, with each kernel's errors against the float64 reference from the parity case of the same V and logit
+    regime (rows N = parity_n)."""
     computes = {p["name"]: p["computes"] for p in result["peers"]}
-    lines = ["| N | mode | kernel | computes | time (median) | vs spatial-jax | memory above inputs | vs spatial-jax |",
-             "|---|---|---|---|---|---|---|---|"]
+    errors = {(c["v"], name): r for c in result.get("parity", ()) if c["regime"] == TIMED_REGIME
+              for name, r in c["results"].items()}
+    lines = ["| N | V | mode | kernel | computes | time (median) | vs spatial-jax | vs floor | memory above inputs "
+             "| vs spatial-jax | log p err | entropy err | dh, dw rel err | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for case in result["cases"]:
+        v = case.get("v", result["v"])
         for mode, row in case["modes"].items():
-            base = next(iter(row.values()))
+            base, floor = next(iter(row.values())), row.get(FLOOR, {})
             for name, r in row.items():
-                lines.append(f"| {case['n']:,} | {mode} | {name} | {computes.get(name, '-')} | "
+                e = errors.get((v, name), {})
+                grads = "-" if "dh_rel" not in e else f"{_e(e['dh_rel'])}, {_e(e['dw_rel'])}"
+                lines.append(f"| {case['n']:,} | {v:,} | {mode} | {name} | {computes.get(name, '-')} | "
                              f"{_cell(r['seconds'], 's')} | {_vs(r['seconds'], base['seconds'])} | "
-                             f"{_cell(r['peak_bytes'], 'b')} | {_vs(r['peak_bytes'], base['peak_bytes'])} |")
+                             f"{_vs(r['seconds'], floor.get('seconds'))} | {_cell(r['peak_bytes'], 'b')} | "
+                             f"{_vs(r['peak_bytes'], base['peak_bytes'])} | {_e(e.get('lp_max_abs'))} | "
+                             f"{_e(e.get('ent_max_abs'))} | {grads} | {e.get('verdict', '-')} |")
     return "\n".join(lines)
 
 

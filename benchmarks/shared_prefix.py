@@ -32,25 +32,29 @@ from spatial_jax.rl.policy import build_mesh, build_policy
 from spatial_jax.rl.step import RLData, make_seq_batch, rl_update
 
 
-def batch(cfg, prompts: int, group: int, prompt_len: int, completion: int, shared: bool) -> RLData:
+def batch(cfg, prompts: int, group: int, prompt_len: int, completion: int, shared: bool, grid=(1, 4, 4),
+          pad: int = 7, full: bool = False) -> RLData:
+    """`prompts` left-padded prompts of `prompt_len` tokens (`pad` of them padding), each holding one image of
+    `grid` (t, h, w) patches, with `group` completions each: of random length up to `completion`, or all of it
+    with `full`. The defaults are the main job's: 217-token prompts in the 224 bucket, one 64 px image."""
     rng = np.random.default_rng(0)
     vocab = cfg.text.vocab_size
     text_ids = np.arange(vocab)[~np.isin(np.arange(vocab), [cfg.image_token_id, cfg.video_token_id,
                                                             cfg.vision_start_token_id, cfg.vision_end_token_id])]
-    pad = 7  # the main job's 217-token prompts in the 224 bucket: left padding
+    n_img = int(np.prod(grid)) // cfg.vision.spatial_merge_size**2
     prompt = rng.choice(text_ids, size=(prompts, prompt_len))
     prompt[:, :pad] = 0
     prompt[:, pad + 2] = cfg.vision_start_token_id
-    prompt[:, pad + 3 : pad + 7] = cfg.image_token_id
-    prompt[:, pad + 7] = cfg.vision_end_token_id
+    prompt[:, pad + 3 : pad + 3 + n_img] = cfg.image_token_id
+    prompt[:, pad + 3 + n_img] = cfg.vision_end_token_id
     mask = (np.arange(prompt_len) >= pad)[None].repeat(prompts, 0).astype(np.int32)
     R = prompts * group
-    grid = np.array([[1, 4, 4]] * R)
-    pixels = rng.standard_normal((int(grid.prod(-1).sum()), cfg.vision.patch_dim)).astype(np.float32)
+    grids = np.array([grid] * R)
+    pixels = rng.standard_normal((int(grids.prod(-1).sum()), cfg.vision.patch_dim)).astype(np.float32)
     targets = rng.choice(text_ids, size=(R, completion))
-    lengths = rng.integers(completion // 4, completion + 1, size=R)
+    lengths = np.full(R, completion) if full else rng.integers(completion // 4, completion + 1, size=R)
     tmask = (np.arange(completion)[None] < lengths[:, None]).astype(np.int32)
-    seq = make_seq_batch(cfg, np.repeat(prompt, group, 0), np.repeat(mask, group, 0), targets, tmask, pixels, grid,
+    seq = make_seq_batch(cfg, np.repeat(prompt, group, 0), np.repeat(mask, group, 0), targets, tmask, pixels, grids,
                          row_group=np.arange(R) // group, row_image_counts=np.ones(R, np.int32),
                          group=group if shared else 1)
     old = jnp.asarray(rng.normal(-2.0, 0.5, (R, completion)), jnp.float32)

@@ -21,9 +21,10 @@ Without CUDA and without --interpret it prints why and exits 0.
 float64 reference at N = --parity-n, D = --d, V = --v and --v - 1, in two logit regimes of a trained head (std 4,
 mean 0 and mean -16), forward and backward; then, for the kernels that run here, forward and forward+backward
 (dh, dw) time and memory above inputs at N in --ns, V = --v, bf16, logits of std 4, targets sampled from the model,
-the same timing rules as above. A kernel whose package is missing is reported "not installed"; one that fails, with
-its error. CCE and Liger compute log p only (cross-entropy); this kernel has no switch to leave the entropy out, so
-against them it is timed as is: log p + entropy against log p alone.
+the same timing rules as above, at V = --v and --v - 1, with the bare matmuls (the floor) in the same table and
+each kernel's errors from the parity case of that V. A kernel whose package is missing is reported "not
+installed"; one that fails, with its error. CCE and Liger compute log p only (cross-entropy); this kernel is timed
+both as is and with entropy=False (log p alone) beside them, and the JAX kernel (impl="xla") beside all of them.
 """
 
 from __future__ import annotations
@@ -332,27 +333,40 @@ def _peers_gpu(out_path: Path, device: str) -> None:
     _peer_parity(result, out_path, ARGS.parity_n, d, v, device)
     timed = [p for p in peers.PEERS if p.timed and p.missing() is None]
     for n in ARGS.ns:
-        h, w = peers.lm_head(n, d, v, torch.bfloat16, device, *peers.REGIMES["std 4"], seed=0)
-        targets = peers.sample_targets(h, w, seed=0)
-        w_dv = w.contiguous() if any(p.contiguous_dv for p in timed) else w
-        g = torch.Generator(device=device).manual_seed(3)
-        g_lp, g_ent = torch.randn(n, generator=g, device=device), torch.randn(n, generator=g, device=device)
-        case = {"n": n, "modes": {}}
-        for mode in PEER_MODES:
-            row = case["modes"][mode] = {}
-            for p in timed:
-                ww = w_dv if p.contiguous_dv else w
-                try:
-                    t, m = _measure(lambda: _run_mode(p.fn, h, ww, targets, g_lp, g_ent, mode))
-                except Exception as e:  # a peer that fails is reported, and the others still run
-                    t, m = f"error: {type(e).__name__}: {str(e)[:200]}", "-"
-                row[p.name] = {"seconds": t, "peak_bytes": m}
-                print(f"N={n} {mode} {p.name}: {_fmt(t, 's') if isinstance(t, float) else t}, "
-                      f"{_fmt(m, 'b') if isinstance(m, int) else m}", flush=True)
-        result["cases"].append(case)
-        _write(out_path, result)  # a later N may run out of time: keep what is measured
-        h = w = w_dv = ww = targets = None  # frees the device memory before the next shape
+        for vocab in (v, v - 1):
+            result["cases"].append(_peer_timing(timed, n, d, vocab, device))
+            _write(out_path, result)  # a later shape may run out of time: keep what is measured
     _peer_report(out_path, result)
+
+
+def _peer_timing(timed, n, d, v, device) -> dict:
+    """Every timed kernel's forward and forward+backward time and memory at (n, d, v), then the bare matmuls."""
+    h, w = peers.lm_head(n, d, v, torch.bfloat16, device, *peers.REGIMES[peers.TIMED_REGIME], seed=0)
+    targets = peers.sample_targets(h, w, seed=0)
+    w_dv = w.contiguous() if any(p.contiguous_dv for p in timed) else w
+    g = torch.Generator(device=device).manual_seed(3)
+    g_lp, g_ent = torch.randn(n, generator=g, device=device), torch.randn(n, generator=g, device=device)
+    case = {"n": n, "v": v, "modes": {}}
+    for mode in PEER_MODES:
+        row = case["modes"][mode] = {}
+        for p in timed:
+            ww = w_dv if p.contiguous_dv else w
+            try:
+                if p.timed_call is not None:
+                    call, m = p.timed_call(mode, h, ww, targets, g_lp, g_ent)
+                    t, _ = _measure(call)
+                else:
+                    t, m = _measure(lambda: _run_mode(p.fn, h, ww, targets, g_lp, g_ent, mode))
+            except Exception as e:  # a peer that fails is reported, and the others still run
+                t, m = f"error: {type(e).__name__}: {str(e)[:200]}", "-"
+            row[p.name] = {"seconds": t, "peak_bytes": m}
+            print(f"N={n} V={v} {mode} {p.name}: {_fmt(t, 's') if isinstance(t, float) else t}, "
+                  f"{_fmt(m, 'b') if isinstance(m, int) else m}", flush=True)
+        dz = None if mode == "fwd" else torch.randn(n, v, device=device, dtype=torch.bfloat16)
+        t, m = _measure(lambda: _floor(h, w, dz, mode))
+        row[peers.FLOOR] = {"seconds": t, "peak_bytes": m}
+        print(f"N={n} V={v} {mode} floor: {_fmt(t, 's')}", flush=True)
+    return case
 
 
 def _peers_interpret(out_path: Path) -> None:

@@ -129,16 +129,42 @@ def test_verl_kernel_loads_without_its_package_dependencies(tmp_path, restore_mo
 
 
 def test_tables_render_every_kind_of_cell():
-    result = {"peers": peers.describe(), "cases": [{"n": 8192, "modes": {"fwd": {
-        "spatial-jax": {"seconds": 0.02, "peak_bytes": 2**20},
-        "cut-cross-entropy": {"seconds": 0.03, "peak_bytes": 2**21},
-        "liger-kernel": {"seconds": "OOM", "peak_bytes": "OOM"},
-        "verl": {"seconds": "error: AssertionError: ", "peak_bytes": "-"}}}}]}
+    ok = dict(lp_max_abs=1e-4, ent_max_abs=2e-4, dh_rel=3e-3, dw_rel=4e-3, verdict="ok")
+    result = {"peers": peers.describe(), "v": 151936, "parity": [
+        {"v": 151936, "regime": peers.TIMED_REGIME, "results": {"spatial-jax": ok}},
+        {"v": 151936, "regime": "std 4, mean -16", "results": {"spatial-jax": dict(ok, lp_max_abs=9.0)}}],
+        "cases": [{"n": 8192, "v": 151936, "modes": {"fwd": {
+            "spatial-jax": {"seconds": 0.02, "peak_bytes": 2**20},
+            "cut-cross-entropy": {"seconds": 0.03, "peak_bytes": 2**21},
+            "liger-kernel": {"seconds": "OOM", "peak_bytes": "OOM"},
+            "verl": {"seconds": "error: AssertionError: ", "peak_bytes": "-"},
+            peers.FLOOR: {"seconds": 0.015, "peak_bytes": 2**30}}}}]}
     table = peers.timing_markdown(result)
-    assert "| 8,192 | fwd | cut-cross-entropy | log p only (cross-entropy) | 30.0 ms | 1.50x | 2.0 MiB | 2.00x |" \
+    # errors come from the parity case of the timed V and regime, never the other regime's
+    assert ("| 8,192 | 151,936 | fwd | spatial-jax | log p + entropy | 20.0 ms | 1.00x | 1.33x | 1.0 MiB | 1.00x | "
+            "1.0e-04 | 2.0e-04 | 3.0e-03, 4.0e-03 | ok |") in table
+    assert "| cut-cross-entropy | log p only (cross-entropy) | 30.0 ms | 1.50x | 2.00x | 2.0 MiB | 2.00x | - |" \
         in table
+    assert f"| {peers.FLOOR} | - | 15.0 ms | 0.75x | 1.00x | 1.00 GiB |" in table
     assert "| OOM | - |" in table and "error: AssertionError" in table
     assert "| spatial-jax | this checkout | log p + entropy | ok |" in peers.kernels_markdown(result["peers"])
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd_dh_dw"])
+def test_jax_kernel_timed_call_and_memory(mode):
+    h, w = peers.lm_head(9, 128, 70, torch.float32, "cpu", 4.0, 0.0, seed=3)
+    targets = peers.sample_targets(h, w, seed=3)
+    g_lp, g_ent = torch.randn(9), torch.randn(9)
+    call, memory = peers.jax_timed(mode, h, w, targets, g_lp, g_ent)
+    out = call()
+    assert memory > 0
+    assert [tuple(x.shape) for x in out] == ([(9,), (9,)] if mode == "fwd" else [(9, 128), (128, 70)])
+    hh, ww = h.double().requires_grad_(), w.double().requires_grad_()
+    r_lp, r_ent = peers.reference(hh, ww, targets)
+    r_dh, r_dw = torch.autograd.grad((g_lp.double() * r_lp + g_ent.double() * r_ent).sum(), (hh, ww))
+    expected = (r_lp, r_ent) if mode == "fwd" else (r_dh, r_dw)
+    for x, ref in zip(out, expected):  # float32 inputs: the JAX kernel within 1e-4 of float64
+        assert (torch.from_dlpack(x).double() - ref).abs().max() < 1e-4
 
 
 def test_script_peers_interpret(tmp_path):

@@ -115,6 +115,23 @@ def test_lp_only_gradient_with_frozen_head():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_entropy_off_is_the_cross_entropy_alone(dtype):
+    # several splits and backward chunks, a temperature: lp and its gradients as the reference's for lp alone
+    h, w, targets, g_lp, _ = _inputs(23, 48, 290, dtype, 0.3, seed=17)
+    lp, ent = linear_logprob_entropy_triton(h, w, targets, temperature=0.7, entropy=False, num_splits=3,
+                                            vocab_chunk=128, **SMALL_BLOCKS)
+    assert ent is None
+    grads = torch.autograd.grad((lp * g_lp.to(lp.dtype)).sum(), (h, w))
+    r_lp, _ = logprob_entropy(h, w, targets, temperature=0.7)
+    r_grads = torch.autograd.grad((r_lp * g_lp).sum(), (h, w))
+    assert (lp.double() - r_lp.double()).abs().max().item() <= TOL[dtype]
+    for a, b in zip(grads, r_grads):
+        assert _rel(a, b) <= TOL[dtype]
+    with pytest.raises(TypeError, match="entropy must be True or False"):
+        linear_logprob_entropy_triton(h, w, targets, entropy=1, **SMALL_BLOCKS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("num_splits,vocab_chunk", [(1, 64), (2, 128), (4, None), (50, 192)])
 def test_vocabulary_splits_and_backward_chunks(num_splits, vocab_chunk, dtype):
     # V = 300 in tiles of 64 is 5 tiles: 4 splits of 2 tiles leave the last split empty; 50 splits are capped at

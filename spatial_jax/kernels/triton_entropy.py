@@ -69,21 +69,25 @@ def _logit_tile(h_ptr, w_ptr, rows, row_ok, cols, col_ok, D, stride_hn, stride_h
 
 
 @triton.jit
-def _dlogits(z, cols, col_ok, tgt, lse, ent, g_lp, g_ent, inv_temp):
-    """d(g_lp . lp + g_H . H)/d(raw logits) for one tile."""
+def _dlogits(z, cols, col_ok, tgt, lse, ent, g_lp, g_ent, inv_temp, ENTROPY: tl.constexpr):
+    """d(g_lp . lp + g_H . H)/d(raw logits) for one tile (the g_H term only with ENTROPY)."""
     logp = z - lse[:, None]
     p = tl.where(col_ok[None, :], tl.exp(logp), 0.0)  # padded columns have probability 0, hence dz = 0
     onehot = tl.where(cols[None, :] == tgt[:, None], 1.0, 0.0)
     # dlp/dz_j = onehot_j - p_j ; dH/dz_j = -p_j (z_j - mu) = -p_j (log p_j + H)
-    dz = g_lp[:, None] * (onehot - p) - g_ent[:, None] * p * (logp + ent[:, None])
+    dz = g_lp[:, None] * (onehot - p)
+    if ENTROPY:
+        dz -= g_ent[:, None] * p * (logp + ent[:, None])
     return dz * inv_temp
 
 
 @triton.jit
 def _fwd_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, a_ptr, zt_ptr, N, D, V, tiles_per_split,
                 stride_hn, stride_hd, stride_wd, stride_wv, inv_temp,
-                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
-    """Row block program_id(0), vocabulary split program_id(1): partial (m, s, a, target logit) at [split, rows]."""
+                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
+                ENTROPY: tl.constexpr):
+    """Row block program_id(0), vocabulary split program_id(1): partial (m, s, a, target logit) at [split, rows]
+    (a stays 0 without ENTROPY)."""
     rows = (tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     row_ok = rows < N
     split = tl.program_id(1)
@@ -105,8 +109,9 @@ def _fwd_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, a_ptr, zt_ptr, N, D, V, til
         alpha = tl.exp(shift)
         zc = tl.where(col_ok[None, :], z - m_new[:, None], 0.0)
         e = tl.where(col_ok[None, :], tl.exp(zc), 0.0)
-        # online update of a = sum e^(z-m)(z-m) when m moves to m_new: each old term gains (m - m_new)
-        a = alpha * (a + s * shift) + tl.sum(e * zc, axis=1)
+        if ENTROPY:
+            # online update of a = sum e^(z-m)(z-m) when m moves to m_new: each old term gains (m - m_new)
+            a = alpha * (a + s * shift) + tl.sum(e * zc, axis=1)
         s = alpha * s + tl.sum(e, axis=1)
         m = m_new
         z_tgt += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), axis=1)
@@ -120,7 +125,8 @@ def _fwd_kernel(h_ptr, w_ptr, tgt_ptr, m_ptr, s_ptr, a_ptr, zt_ptr, N, D, V, til
 @triton.jit
 def _dlogits_kernel(h_ptr, w_ptr, tgt_ptr, lse_ptr, ent_ptr, glp_ptr, gent_ptr, dz_ptr, N, D, v0, width,
                     stride_hn, stride_hd, stride_wd, stride_wv, stride_zn, stride_zv, inv_temp,
-                    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
+                    BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
+                    ENTROPY: tl.constexpr):
     """dz[rows, cols - v0] for the vocabulary chunk [v0, v0 + width): one [BLOCK_N, BLOCK_V] tile per program."""
     rows = (tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     local = (tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)).to(tl.int64)
@@ -134,7 +140,7 @@ def _dlogits_kernel(h_ptr, w_ptr, tgt_ptr, lse_ptr, ent_ptr, glp_ptr, gent_ptr, 
     g_ent = tl.load(gent_ptr + rows, mask=row_ok, other=0.0)
     z = _logit_tile(h_ptr, w_ptr, rows, row_ok, cols, col_ok, D, stride_hn, stride_hd, stride_wd, stride_wv,
                     inv_temp, BLOCK_N, BLOCK_V, BLOCK_D, UPCAST)
-    dz = _dlogits(z, cols, col_ok, tgt, lse, ent, g_lp, g_ent, inv_temp)
+    dz = _dlogits(z, cols, col_ok, tgt, lse, ent, g_lp, g_ent, inv_temp, ENTROPY)
     ptrs = dz_ptr + rows[:, None] * stride_zn + local[None, :] * stride_zv
     tl.store(ptrs, dz.to(dz_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -171,10 +177,10 @@ def _check_inputs(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, tempe
             raise ValueError(f"targets must lie in [0, {w.shape[1]}); got range [{lo}, {hi}]")
 
 
-def _launch_options(blocks, num_warps, num_stages):
+def _launch_options(blocks, num_warps, num_stages, entropy):
     """Compile-time constants and launch options shared by the kernels."""
     bn, bv, bd = blocks
-    opts = dict(BLOCK_N=bn, BLOCK_V=bv, BLOCK_D=bd, UPCAST=_INTERPRET, num_warps=num_warps)
+    opts = dict(BLOCK_N=bn, BLOCK_V=bv, BLOCK_D=bd, UPCAST=_INTERPRET, ENTROPY=entropy, num_warps=num_warps)
     return opts if num_stages is None else {**opts, "num_stages": num_stages}
 
 
@@ -198,7 +204,7 @@ def _combine(m, s, a, zt):
     return zt.sum(0) - lse, log_s - a_all / s_all, lse
 
 
-def _forward(h, w, targets, temperature, blocks, num_warps, num_stages, num_splits):
+def _forward(h, w, targets, temperature, blocks, num_warps, num_stages, num_splits, entropy):
     n, d = h.shape
     v = w.shape[1]
     bn, bv, _ = blocks
@@ -211,7 +217,7 @@ def _forward(h, w, targets, temperature, blocks, num_warps, num_stages, num_spli
     m, s, a, zt = torch.empty(4, splits, n, dtype=torch.float32, device=h.device)
     _fwd_kernel[(row_blocks, splits)](
         h, w, targets, m, s, a, zt, n, d, v, tiles_per_split, h.stride(0), h.stride(1), w.stride(0), w.stride(1),
-        1.0 / temperature, **_launch_options(blocks, num_warps, num_stages))
+        1.0 / temperature, **_launch_options(blocks, num_warps, num_stages, entropy))
     return _combine(m, s, a, zt)
 
 
@@ -222,7 +228,7 @@ def _auto_chunk(n: int, v: int, block_v: int, itemsize: int) -> int:
 
 
 def _backward(h, w, targets, lse, ent, g_lp, g_ent, temperature, blocks, num_warps, num_stages, vocab_chunk,
-              need_dh, need_dw):
+              need_dh, need_dw, entropy):
     """dz for one vocabulary chunk at a time from the Triton kernel (logits recomputed, never [N, V]), then the
     two gradient GEMMs per chunk on the vendor BLAS: dh += dz @ w_c^T (float32 accumulator), dw_c = h^T @ dz."""
     n, d = h.shape
@@ -235,7 +241,7 @@ def _backward(h, w, targets, lse, ent, g_lp, g_ent, temperature, blocks, num_war
         g_ent = g_ent.to(torch.float32).contiguous()
         chunk = vocab_chunk or _auto_chunk(n, v, bv, h.element_size())
         dz = torch.empty(n, min(chunk, v), dtype=h.dtype, device=h.device)
-        opts = _launch_options(blocks, num_warps, num_stages)
+        opts = _launch_options(blocks, num_warps, num_stages, entropy)
         for v0 in range(0, v, chunk):
             width = min(chunk, v - v0)
             dz_c = dz[:, :width]
@@ -257,20 +263,22 @@ def _backward(h, w, targets, lse, ent, g_lp, g_ent, temperature, blocks, num_war
 
 class _LinearLogprobEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, w, targets, temperature, blocks, num_warps, num_stages, num_splits, vocab_chunk):
-        lp, ent, lse = _forward(h, w, targets, temperature, blocks, num_warps, num_stages, num_splits)
+    def forward(ctx, h, w, targets, temperature, blocks, num_warps, num_stages, num_splits, vocab_chunk, entropy):
+        lp, ent, lse = _forward(h, w, targets, temperature, blocks, num_warps, num_stages, num_splits, entropy)
         ctx.save_for_backward(h, w, targets, lse, ent)
-        ctx.config = (temperature, blocks, num_warps, num_stages, vocab_chunk)
-        return lp, ent
+        ctx.config = (temperature, blocks, num_warps, num_stages, vocab_chunk, entropy)
+        return (lp, ent) if entropy else lp
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, g_lp, g_ent):
+    def backward(ctx, g_lp, g_ent=None):
         h, w, targets, lse, ent = ctx.saved_tensors
-        temperature, blocks, num_warps, num_stages, vocab_chunk = ctx.config
-        dh, dw = _backward(h, w, targets, lse, ent, g_lp, g_ent, temperature, blocks, num_warps, num_stages,
-                           vocab_chunk, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-        return dh, dw, None, None, None, None, None, None, None
+        temperature, blocks, num_warps, num_stages, vocab_chunk, entropy = ctx.config
+        # without entropy the kernel never reads g_ent: g_lp stands in as a valid pointer
+        dh, dw = _backward(h, w, targets, lse, ent, g_lp, g_lp if g_ent is None else g_ent, temperature, blocks,
+                           num_warps, num_stages, vocab_chunk, ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                           entropy)
+        return dh, dw, None, None, None, None, None, None, None, None
 
 
 def _check_optional_int(name: str, value, minimum: int) -> None:
@@ -290,11 +298,14 @@ def linear_logprob_entropy_triton(
     num_stages: int | None = 3,
     num_splits: int | None = None,
     vocab_chunk: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """h [N, D], w [D, V] (float32 or bfloat16, any strides), targets [N] int (any strides) -> (lp [N], entropy [N]),
     float32.
 
     lp = log softmax(h @ w / temperature)[target], entropy over the full vocabulary; differentiable in h and w.
+    `entropy=False` leaves the entropy out of both passes and returns (lp, None): the cross-entropy alone, as the
+    fused cross-entropy kernels of other libraries compute it.
     Tuning knobs: block sizes, num_warps, num_stages (software-pipelining depth; None = Triton's default),
     num_splits (forward vocabulary splits; None = enough to fill the GPU) and vocab_chunk (backward columns per
     dz chunk, a multiple of block_v; None = dz near 512 MiB).
@@ -306,6 +317,9 @@ def linear_logprob_entropy_triton(
     _check_optional_int("vocab_chunk", vocab_chunk, block_v)
     if vocab_chunk is not None and vocab_chunk % block_v:
         raise ValueError(f"vocab_chunk must be a multiple of block_v={block_v}; got {vocab_chunk}")
+    if not isinstance(entropy, bool):
+        raise TypeError(f"entropy must be True or False; got {entropy!r}")
     # the kernels read targets with unit stride: a strided or expanded view would be read as other token ids
-    return _LinearLogprobEntropy.apply(h, w, targets.contiguous(), float(temperature), blocks, num_warps,
-                                       num_stages, num_splits, vocab_chunk)
+    out = _LinearLogprobEntropy.apply(h, w, targets.contiguous(), float(temperature), blocks, num_warps,
+                                      num_stages, num_splits, vocab_chunk, entropy)
+    return out if entropy else (out, None)

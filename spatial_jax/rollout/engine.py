@@ -310,6 +310,18 @@ class Engine:
                  for i in range(self.slots)]
         return self._chunk_inputs(slots, [True] * self.slots)
 
+    def chunk_inputs_at(self, context: int) -> tuple[np.ndarray, ...]:
+        """The per-slot inputs of a decode chunk with every slot live at `context` cached tokens, in pages of its
+        own (slot j's after slot j - 1's), with a budget of one chunk: a decode step at a chosen context, as
+        benchmarks/step_gpu.py times it."""
+        need = -(-(context + self.chunk) // self.page_size)
+        if context < 1 or need > self.max_pages or 1 + self.slots * need > self.pages:
+            raise ValueError(f"context {context} + a chunk of {self.chunk} does not fit {self.slots} slots of "
+                             f"max_len={self.max_len} in {self.pages} pages of {self.page_size}")
+        slots = [_Slot(request=i, pages=list(range(1 + i * need, 1 + (i + 1) * need)), length=context, row_id=i,
+                       live=True, budget=self.chunk) for i in range(self.slots)]
+        return self._chunk_inputs(slots, [True] * self.slots)
+
     def _chunk_inputs(self, slots: list[_Slot], runnable: Sequence[bool]) -> tuple[np.ndarray, ...]:
         """A decode chunk's per-slot arrays: page table [slots, window], lengths, rope deltas, runnable, row ids,
         draws so far and budgets."""
