@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from spatial_jax.cli.outputs import refuse_overwriting_input
+from spatial_jax.cli.outputs import refuse_overwriting
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
-    refuse_overwriting_input(args.output, args.input)
+    refuse_overwriting({"--output": args.output}, [args.input, args.detector])
     samples = read_jsonl(args.input)
     done = completed_ids(args.output, {s.id for s in samples})
     extractor = extract_phrases
