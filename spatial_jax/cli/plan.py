@@ -40,8 +40,8 @@ def _prepare_jax(topology: str | None) -> None:
 
 def run(args) -> int:
     _prepare_jax(args.topology)
-    from spatial_jax.cli.outputs import refuse_overwriting
     from spatial_jax.cli.job_config import default_config, load_job
+    from spatial_jax.cli.outputs import refuse_overwriting
     from spatial_jax.config import ConfigError
 
     cfg = load_job(args.config, args.overrides)
