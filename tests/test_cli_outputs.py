@@ -100,3 +100,37 @@ def test_plan_json_and_pretrain_out_naming_an_input_are_refused(tmp_path, capsys
              "--json", "would overwrite its input")
     _refused(["pretrain", "--config", str(config), "--out", str(config)], capsys, "--out", "would overwrite its input")
     assert config.read_text() == f'run_dir = "{tmp_path / "run"}"\n'
+
+
+@pytest.mark.parametrize("command", ["corrupt", "filter-sft"])
+def test_media_paths_of_every_row_kind_resolve_from_the_output_folder(command, tmp_path, capsys, monkeypatch):
+    """Rows of one image, several images, a video file and video frames, read from one folder (named relative to the
+    working directory) and written to another, name the same files (the reader resolves them against the output
+    file's folder)."""
+    from test_tools_filter_sft import GOOD
+
+    from spatial_jax.data.jsonl import read_jsonl
+
+    common = {"question": "Where is the cup?", "options": ["left", "right"], "answer": "A",
+              "reference": {"spatialcore": GOOD}}
+    rows = [{"id": "one", "image": "images/0.png"}, {"id": "multi", "images": ["images/1.png", "views/2.png"]},
+            {"id": "clip", "video": {"path": "clips/v.mp4"}},
+            {"id": "frames", "video": {"frames": ["frames/0.png", "frames/1.png"], "fps": 2.0}}]
+    data = tmp_path / "data" / "in.jsonl"
+    data.parent.mkdir()
+    data.write_text("".join(json.dumps({**row, **common}) + "\n" for row in rows))
+    out = tmp_path / "elsewhere" / "deeper" / "out.jsonl"
+    out.parent.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert main([command, "--input", "data/in.jsonl", "--output", str(out)]) == 0
+    capsys.readouterr()
+
+    def media(path):
+        found = {}
+        for s in read_jsonl(path, check_images=False):
+            video = s.video
+            refs = [s.image] if s.image else list(s.images) or ([video.path] if video.path else list(video.frames))
+            found[s.id] = [os.path.realpath(r) for r in refs]  # the reader joined them to the file's folder
+        return found
+
+    assert media(out) == media(data) and len(media(out)) == 4

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
-    refuse_overwriting({"--output": args.output}, [args.input, args.detector])
+    refuse_overwriting({"--output": args.output}, [args.input])
     samples = read_jsonl(args.input)
     done = completed_ids(args.output, {s.id for s in samples})
     extractor = extract_phrases
