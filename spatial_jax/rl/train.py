@@ -22,8 +22,9 @@ import numpy as np
 from spatial_jax.config import ConfigError, to_dict
 from spatial_jax.data.pipeline import Batch, make_iterator, open_source
 from spatial_jax.data.sample import DatasetError
-from spatial_jax.distributed import primary_says
+from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
+from spatial_jax.locks import PidLock
 from spatial_jax.rewards.advantages import group_advantages
 from spatial_jax.rl import report
 from spatial_jax.rl import step as st
@@ -342,5 +343,13 @@ class Trainer(Workspace):
                              shuffle=False, num_epochs=1, drop_remainder=False, image_cfg=self.policy.image_cfg)
 
 
+RUN_LOCK = "run.lock"
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    return Trainer(cfg).run()
+    """The job, holding the run directory's lock (taken by the first process of a cluster, which writes its files):
+    a second job on the same directory is refused before it writes anything."""
+    if not is_primary():
+        return Trainer(cfg).run()
+    with PidLock(Path(cfg.run_dir) / RUN_LOCK, f"run directory {cfg.run_dir}"):
+        return Trainer(cfg).run()
