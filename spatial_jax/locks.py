@@ -8,6 +8,7 @@ file system has no flock (some network mounts), the pid alone decides: a live pr
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sys
@@ -41,9 +42,14 @@ class PidLock:
         self._fd: int | None = None
 
     def __enter__(self) -> PidLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    return self  # a folder this process cannot write in, it writes nothing in: nothing to guard
+                raise
             try:
                 holder = self._take(fd)
             except BaseException:
