@@ -33,7 +33,7 @@ from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule
-from spatial_jax.rl.workspace import Workspace, check_resumable, trained_settings
+from spatial_jax.rl.workspace import Workspace, check_resumable, data_digest, stage_data, trained_settings
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions
 from spatial_jax.rollout.decode_copy import DecodeCopy, decode_mesh
@@ -62,12 +62,7 @@ def full_seq_batch(model_cfg, batch: Batch) -> st.SeqBatch:
 
 def inputs(cfg: TrainConfig) -> dict[str, str]:
     """The data sources the job reads, by config key."""
-    out = {}
-    if cfg.sft.steps > 0:
-        key = "data.sft_train" if cfg.data.sft_train else "data.train"
-        out[key] = cfg.data.sft_train or cfg.data.train
-    if cfg.rl.steps > 0:
-        out["data.train"] = cfg.data.train
+    out = dict(stage_data(cfg, stage) for stage, steps in (("sft", cfg.sft.steps), ("rl", cfg.rl.steps)) if steps > 0)
     if (cfg.sft.steps > 0 and cfg.eval.after_sft) or (cfg.rl.steps > 0 and cfg.eval.after_rl):
         out["data.eval"] = cfg.data.eval
     return out
@@ -173,12 +168,14 @@ class Trainer(Workspace):
                                active=self.primary)
         bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
         saved_config = to_dict(cfg)  # goes with the weights: `eval` rebuilds the optimiser state and reference from it
+        data = data_digest(cfg, name)
         for step in range(start, steps):
             metrics, opt_state = step_fn(step, next(it), tx, opt_state)
             metrics["lr"] = float(schedule(step * updates))
             bar.update(writer.log(step + 1, metrics))
             ck.save(step + 1, self.state(opt_state), {"step": step + 1, "data": it.get_state(),
-                                                       "config": saved_config}, force=step + 1 == steps)
+                                                       "config": saved_config, "data_sha256": data},
+                    force=step + 1 == steps)
         bar.close()
         writer.close()
         ck.close()
