@@ -40,8 +40,14 @@ class PidLock:
     def __init__(self, path: str | Path, what: str):
         self.path, self.what = Path(path), what
         self._fd: int | None = None
+        self._made: list[Path] = []  # folders made for the lock file, leaf first: removed with it when left empty
 
     def __enter__(self) -> PidLock:
+        self._made = []
+        for folder in (self.path.parent, *self.path.parent.parents):
+            if folder.exists():
+                break
+            self._made.append(folder)
         while True:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,3 +100,8 @@ class PidLock:
             self.path.unlink(missing_ok=True)  # removed while still held: whoever opened it meanwhile locks anew
             os.close(self._fd)
             self._fd = None
+        for folder in self._made:  # a job refused at its start leaves no run directory behind
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: the job's own files
+                break
