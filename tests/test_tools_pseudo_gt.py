@@ -338,6 +338,18 @@ def test_resuming_refuses_an_output_of_another_dataset(tmp_path):
         completed_ids(out, {"s0"})
 
 
+@pytest.mark.parametrize("text", ["notes\nlast line, no newline", "one line, no newline", '{"a": 1}',
+                                  '{"id": "elsewhere", "question": "q"}', '{"id": "s0"}\n{"id": "elsewhere"}'])
+def test_an_unrelated_output_file_is_refused_and_left_whole(tmp_path, capsys, text):
+    data = _dataset(tmp_path, n=2)
+    out = tmp_path / "notes.txt"
+    out.write_text(text)
+    assert main(["pseudo-gt", "--input", str(data), "--detector", str(tmp_path), "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("spatial-jax pseudo-gt: ") and "not" in err and err.count("\n") == 1
+    assert out.read_text() == text
+
+
 def test_cli_reports_bad_arguments_and_inputs(tmp_path, capsys):
     data = _dataset(tmp_path, n=2)
     base = ["pseudo-gt", "--input", str(data), "--detector", str(tmp_path)]

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from spatial_jax.cli.outputs import print_report, refuse_overwriting_input
+from spatial_jax.cli.outputs import print_report, refuse_overwriting
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax corrupt: {e}", file=sys.stderr)
         return 2
-    refuse_overwriting_input(args.output, args.input)
+    refuse_overwriting({"--output": args.output, "--report": args.report}, [args.input])
     samples, report = corrupt(read_jsonl(args.input, check_images=False), cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     write_jsonl([relocate(s, out_dir) for s in samples], args.output)

@@ -41,13 +41,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
 
-def check_writable(path) -> None:
-    """ConfigError now, before the work, when `path` cannot be written: its folder must exist and take new files
-    (the report is written whole, through a temp file renamed over it)."""
+def check_output(path, inputs, markdown: bool = False) -> None:
+    """ConfigError now, before the work, when the report (and, with `markdown`, its .md twin) would overwrite one of
+    `inputs` (files or folders: the config, the data, the predictions, the benchmark copy) or the other, or cannot be
+    written: its folder must exist and take new files (the report is written whole, through a temp file renamed over
+    it)."""
     import tempfile
 
+    from spatial_jax.cli.outputs import refuse_overwriting
     from spatial_jax.config import ConfigError
 
+    outputs = {"--output": path}
+    if markdown:
+        outputs["--output's Markdown table"] = path.with_suffix(".md")
+    refuse_overwriting(outputs, inputs)
     folder = path.parent
     if not folder.is_dir():
         raise ConfigError(f"--output {path}: the folder {folder} does not exist")
@@ -79,7 +86,7 @@ def run(args) -> int:
         raise ConfigError(f"run_dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to evaluate; pass --initial to "
                           "evaluate the untrained policy on purpose")
     out = Path(args.output or Path(cfg.run_dir) / "eval_cli.json")
-    check_writable(out)
+    check_output(out, [args.config, args.data or cfg.data.eval])
     distributed.initialize()
     if args.data:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, eval=args.data))
@@ -181,7 +188,7 @@ def run_benchmarks(args) -> int:
         responses = {name: read_predictions(pred) for name, _, pred in plan}
         given = Path(args.predictions)
         out = Path(args.output) if args.output else (given if given.is_dir() else given.parent) / f"eval_{title}.json"
-        check_writable(out)
+        check_output(out, [args.config, args.data, *(pred for _, _, pred in plan)], markdown=True)
         meta = {"predictions": str(args.predictions)}
         skipped: dict[str, list[str]] = {}
     else:
@@ -238,7 +245,7 @@ def _generate(args, protocol, plan, records, title):
         raise ConfigError(f"run_dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to evaluate; pass --initial to "
                           "evaluate the untrained policy on purpose")
     out = Path(args.output or Path(cfg.run_dir) / f"eval_{title}.json")
-    check_writable(out)
+    check_output(out, [args.config, args.data], markdown=True)
     decoding = _decoding(args, protocol, cfg)
     distributed.initialize()
     ws = Workspace(cfg)

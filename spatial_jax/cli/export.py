@@ -43,15 +43,16 @@ def run(args) -> int:
     import jax
 
     from spatial_jax import distributed
+    from spatial_jax.cli.outputs import refuse_overwriting
     from spatial_jax.config import ConfigError
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
 
     cfg = load_run_config(args.run_dir, args.overrides)  # config errors surface before the cluster is joined
+    # neither the run nor the base weights it started from may be written over
+    refuse_overwriting({"--out": args.out}, [cfg.run_dir, cfg.policy.checkpoint])
     if not has_checkpoint(cfg.run_dir):
         raise ConfigError(f"--run-dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to export")
     out = Path(args.out)
-    if out.resolve() == Path(cfg.run_dir).resolve():
-        raise ConfigError("--out must not be the run directory itself")
     distributed.initialize()
     ws = Workspace(cfg)
     stage = ws.load_latest()

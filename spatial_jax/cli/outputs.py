@@ -1,26 +1,66 @@
-"""What the dataset and scoring commands share about their outputs: never the input, written before any work is
-lost, and a JSON report to a file or to stdout."""
+"""What the commands share about their outputs: never an input or another output, checked before anything is written,
+and a JSON report to a file or to stdout."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
+from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 from spatial_jax.config import ConfigError
 
+PathLike = str | os.PathLike
 
-def same_file(a: str, b: str) -> bool:
+
+def _identity(path: PathLike) -> tuple[str, tuple[int, int] | None]:
+    """(the path with every symlink resolved, its (device, inode) when it exists): equal paths, symlinks to it and
+    hard links of it share one of the two."""
     try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return False
+        st = os.stat(path)
+        inode = (st.st_dev, st.st_ino)
+    except (OSError, ValueError):  # does not exist (yet), or cannot be a path
+        inode = None
+    return os.path.realpath(path), inode
 
 
-def refuse_overwriting_input(output: str, input_: str) -> None:
-    """ConfigError (rc 2) when --output names the input, through a symlink too."""
-    if same_file(output, input_):
-        raise ConfigError(f"--output {output} would overwrite its input")
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """Whether `a` and `b` name one file or folder: by path, through a symlink or as hard links of one file."""
+    (path_a, inode_a), (path_b, inode_b) = _identity(a), _identity(b)
+    return path_a == path_b or (inode_a is not None and inode_a == inode_b)
+
+
+def _input_entries(inputs: Iterable[PathLike | None]) -> Iterable[Path]:
+    """Each input, and every file inside an input folder (a benchmark copy, a run directory)."""
+    for given in inputs:
+        if not given:
+            continue
+        yield Path(given)
+        if os.path.isdir(given):
+            for folder, _, names in os.walk(given):
+                yield from (Path(folder) / name for name in names)
+
+
+def refuse_overwriting(outputs: Mapping[str, PathLike | None], inputs: Iterable[PathLike | None]) -> None:
+    """ConfigError (rc 2), before anything is written, when an output (flag -> path; None when not given) names an
+    input, a file inside an input folder or another output: by path, through a symlink or as a hard link."""
+    given = {flag: path for flag, path in outputs.items() if path}
+    paths, inodes = {}, {}
+    for entry in _input_entries(inputs):
+        path, inode = _identity(entry)
+        paths.setdefault(path, entry)
+        if inode is not None:
+            inodes.setdefault(inode, entry)
+    for flag, out in given.items():
+        path, inode = _identity(out)
+        hit = paths.get(path) or (inodes.get(inode) if inode is not None else None)
+        if hit is not None:
+            raise ConfigError(f"{flag} {out} would overwrite its input {hit}")
+    for (flag_a, a), (flag_b, b) in combinations(given.items(), 2):
+        if same_file(a, b):
+            raise ConfigError(f"{flag_a} {a} and {flag_b} {b} name the same file: one would overwrite the other")
 
 
 def print_report(report: dict[str, Any], path: str | None, summary: str) -> None:

@@ -13,10 +13,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from spatial_jax.cli.outputs import refuse_overwriting
     from spatial_jax.config import load
     from spatial_jax.rl.config import TrainConfig
     from spatial_jax.rl.pretrain import pretrain
 
-    manifest = pretrain(load(TrainConfig, args.config, args.overrides), args.out)
+    cfg = load(TrainConfig, args.config, args.overrides)
+    refuse_overwriting({"--out": args.out}, [args.config, cfg.run_dir])
+    manifest = pretrain(cfg, args.out)
     print(f"wrote {args.out}: " + ", ".join(f"{name} {digest[:12]}" for name, digest in manifest["files"].items()))
     return 0

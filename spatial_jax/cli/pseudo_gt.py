@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from spatial_jax.cli.outputs import refuse_overwriting_input
+from spatial_jax.cli.outputs import refuse_overwriting
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,26 +43,29 @@ def run(args: argparse.Namespace) -> int:
         completed_ids,
         extract_phrases,
     )
+    from spatial_jax.locks import PidLock
 
     try:
         cfg = PseudoGTConfig(threshold=args.threshold, batch_size=args.batch_size)
     except ValueError as e:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
-    refuse_overwriting_input(args.output, args.input)
+    refuse_overwriting({"--output": args.output}, [args.input])
     samples = read_jsonl(args.input)
-    done = completed_ids(args.output, {s.id for s in samples})
     extractor = extract_phrases
     if args.extractor_url:
         extractor = ChatExtractor(args.extractor_url, args.extractor_model, os.environ.get(args.extractor_key_env))
-    if len(done) < len(samples):
-        detector = ZeroShotDetector(args.detector, args.device)
-        try:
-            stats = annotate(samples, args.output, detector, extractor, cfg, done, progress=not args.no_progress)
-        except ExtractorError as e:
-            print(f"spatial-jax pseudo-gt: {e} (what is written stays; rerun to resume)", file=sys.stderr)
-            return 1
-    else:
-        stats = {"samples": len(samples), "already_done": len(done), "written": 0}
+    # one run per output at a time: two would each append every sample the other has not written yet
+    with PidLock(f"{args.output}.lock", f"--output {args.output}"):
+        done = completed_ids(args.output, {s.id for s in samples})
+        if len(done) < len(samples):
+            detector = ZeroShotDetector(args.detector, args.device)
+            try:
+                stats = annotate(samples, args.output, detector, extractor, cfg, done, progress=not args.no_progress)
+            except ExtractorError as e:
+                print(f"spatial-jax pseudo-gt: {e} (what is written stays; rerun to resume)", file=sys.stderr)
+                return 1
+        else:
+            stats = {"samples": len(samples), "already_done": len(done), "written": 0}
     print(" ".join(f"{k}={v}" for k, v in stats.items()) + f" -> {args.output}")
     return 0

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from spatial_jax.cli.outputs import refuse_overwriting_input
+from spatial_jax.cli.outputs import refuse_overwriting
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown backend {args.backend!r}; known: {list(BACKENDS)}")
     cfg = method.config(reward_overrides(method.name, args.overrides))
     if args.output:
-        refuse_overwriting_input(args.output, args.input)
+        refuse_overwriting({"--output": args.output}, [args.input])
         problem = _unwritable(args.output)
         if problem:
             print(f"spatial-jax score: cannot write {args.output}: {problem}", file=sys.stderr)

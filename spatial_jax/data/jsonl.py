@@ -31,6 +31,28 @@ def parse_line(line: str) -> Any:
         raise MalformedJSON(f"malformed JSON: {str(e).split(';')[0]}") from None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object giving one key twice (json.loads would keep the last silently)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"key {key!r} is given twice in one object")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads_unique(text: str) -> Any:
+    """json.loads, refusing (DuplicateKey) an object that gives one key twice."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def read_jsonl(path: str | Path, check_images: bool = True) -> list[Sample]:
     """All samples of a JSONL file; blank lines are skipped, image paths resolve against the file's folder, a UTF-8
     byte-order mark is allowed."""
@@ -46,7 +68,7 @@ def read_jsonl(path: str | Path, check_images: bool = True) -> list[Sample]:
     text = data.decode("utf-8-sig", errors="surrogateescape")
     samples = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(_lines(text), start=1):
+    for lineno, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             continue
         try:
@@ -90,9 +112,9 @@ def write_jsonl(samples: Iterable[Sample], path: str | Path, image_dir: str | Pa
     return n
 
 
-def _lines(text: str) -> io.StringIO:
-    """Lines as open() reads them (\\n, \\r\\n or \\r); str.splitlines would also split at U+2028 and others, which
-    write_jsonl leaves raw inside strings, and would number lines unlike any editor."""
+def text_lines(text: str) -> io.StringIO:
+    """Lines (each with its line break) as open() reads them (\\n, \\r\\n or \\r); str.splitlines would also split at
+    U+2028 and others, which JSON leaves raw inside strings, and would number lines unlike any editor."""
     return io.StringIO(text, newline=None)
 
 

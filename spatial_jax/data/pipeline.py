@@ -68,6 +68,10 @@ class DataConfig:
             require(name, getattr(self, name), bool(getattr(self, name)),
                     "name a JSONL file or synthetic:<split>:<count>")
 
+    def training_source(self, mode: str) -> tuple[str, str]:
+        """(field, source) a stage trains on: the SFT stage ("sft") reads sft_train when set, any other train."""
+        return ("sft_train", self.sft_train) if mode == "sft" and self.sft_train else ("train", self.train)
+
 
 def train_iterator(
     data: DataConfig,
@@ -85,7 +89,7 @@ def train_iterator(
     own; its position counts batches as one process's does, so a run resumes on another process count."""
     if batch_size % processes:
         raise ValueError(f"{batch_size} rows do not split among {processes} processes")
-    source = data.sft_train if mode == "sft" and data.sft_train else data.train
+    _, source = data.training_source(mode)
     batches = make_dataset(open_source(source, data.synthetic), tokenizer, data, fmt, batch_size // processes,
                            mode=mode, image_cfg=image_cfg)
     return DataIterator(batches if processes == 1 else batches[process::processes], data.read_threads)

@@ -356,41 +356,65 @@ def _corners(cxcywh: np.ndarray) -> np.ndarray:
 
 
 def relocate(sample: Sample, out_dir: str | Path) -> Sample:
-    """The sample with its image path relative to `out_dir`, where its row is written (the reader resolves image
-    paths against the JSONL file's folder)."""
-    if not isinstance(sample.image, str):
-        return sample
-    return dataclasses.replace(sample, image=os.path.relpath(os.path.abspath(sample.image),
-                                                            os.path.abspath(out_dir)))
+    """The sample with its image, images or video files relative to `out_dir`, where its row is written (the reader
+    resolves them against the JSONL file's folder); in-memory images stay as they are."""
+    base = os.path.abspath(out_dir)
+
+    def moved(ref):
+        return os.path.relpath(os.path.abspath(ref), base) if isinstance(ref, str) else ref
+
+    video = sample.video
+    if video is not None:
+        video = dataclasses.replace(video, path=moved(video.path), frames=tuple(moved(f) for f in video.frames))
+    return dataclasses.replace(sample, image=moved(sample.image), images=tuple(moved(r) for r in sample.images),
+                               video=video)
 
 
 def completed_ids(out: str | Path, ids: Collection[str]) -> set[str]:
-    """The ids already written to `out` by an earlier run (none when it does not exist). A last line without its
-    newline was cut short by a kill and is cut from the file. A line that is no record, or a record whose id is not
-    among `ids`, is a DatasetError naming `out:line`: that file is not an earlier run's output on this input."""
+    """The ids already written to `out` by an earlier run (none when it does not exist). A line that is no record, or
+    a record whose id is not among `ids`, is a DatasetError naming `out:line`, the file left as it is: it is not an
+    earlier run's output on this input. Only once every line passed is a last line without its newline (the start
+    of a record, cut short by a kill) cut from the file."""
     out = Path(out)
     if not out.exists():
         return set()
     data = out.read_bytes()
     end = data.rfind(b"\n") + 1
+    lines = data[:end].decode("utf-8", errors="replace").split("\n")[:-1]
+    done = {_earlier_id(out, lineno, line, ids) for lineno, line in enumerate(lines, start=1) if line.strip()}
+    tail = data[end:].decode("utf-8", errors="replace")
+    if tail.strip() and not _cut_record(tail):  # a whole record that lost only its newline is checked as any other
+        _earlier_id(out, len(lines) + 1, tail, ids)
     if end < len(data):
         with open(out, "r+b") as f:
             f.truncate(end)
-    done: set[str] = set()
-    for lineno, line in enumerate(data[:end].decode("utf-8", errors="replace").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = parse_line(line)
-        except MalformedJSON as e:
-            raise DatasetError(f"{out}:{lineno}: {e}; not a record of an earlier run (remove the file to start "
-                               f"over)") from None
-        sid = str(obj.get("id")) if isinstance(obj, dict) else None
-        if sid not in ids:
-            raise DatasetError(f"{out}:{lineno}: id {sid!r} is not in the input; the file is not an earlier run's "
-                               f"output on this input (remove it or choose another --output)")
-        done.add(sid)
     return done
+
+
+def _cut_record(text: str) -> bool:
+    """Whether `text` is the start of a row `annotate` writes (`{"id": ...`), cut short before its end."""
+    start = '{"id": '
+    if not (text.startswith(start) or start.startswith(text)):
+        return False
+    try:
+        parse_line(text)
+    except MalformedJSON:
+        return True
+    return False
+
+
+def _earlier_id(out: Path, lineno: int, line: str, ids: Collection[str]) -> str:
+    """The id of one line of an earlier run's output; DatasetError when it is no record of an id in `ids`."""
+    try:
+        obj = parse_line(line)
+    except MalformedJSON as e:
+        raise DatasetError(f"{out}:{lineno}: {e}; not a record of an earlier run (remove the file to start "
+                           f"over)") from None
+    sid = str(obj.get("id")) if isinstance(obj, dict) else None
+    if sid not in ids:
+        raise DatasetError(f"{out}:{lineno}: id {sid!r} is not in the input; the file is not an earlier run's "
+                           f"output on this input (remove it or choose another --output)")
+    return sid
 
 
 def annotate(samples: Sequence[Sample], out: str | Path, detector: Detector,

@@ -2,9 +2,12 @@
 
 Layout: <run_dir>/checkpoints/<step>/{state, meta}. Orbax writes each step into `<step>.orbax-checkpoint-tmp-*`
 and renames it when complete, so a run killed mid-save leaves only a tmp directory, which is never listed as a
-step and is deleted when the next Checkpointer opens the run. A checkpoint damaged after the fact (a cut or missing
-file) is skipped by `restore_newest` / `read_newest_meta`, which fall back to the newest one that reads back, and
-can be moved out of the way with `set_aside`.
+step and is deleted when the next Checkpointer opens the run. Once a step is committed, the first process writes
+the SHA-256 of each of its files to <step>/checksums.json (when the next save starts, or on wait / close), and
+`restore` checks them first: bytes changed in place, which orbax would read back as other numbers, are damage too (a
+step without the file, from before checksums or a kill right after its commit, is read unchecked). A checkpoint
+damaged after the fact (a cut, missing or changed file) is skipped by `restore_newest` / `read_newest_meta`, which
+fall back to the newest one that reads back, and can be moved out of the way with `set_aside`.
 """
 
 from __future__ import annotations
@@ -17,13 +20,48 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from spatial_jax.digests import file_hashes, sha256
+
 _STATE = "state"
 _META = "meta"
+CHECKSUMS = "checksums.json"
 DAMAGED = "damaged_checkpoints"  # sibling of checkpoints/, where set_aside moves unreadable steps
 
 
 class CheckpointError(OSError):
     """A stage has checkpoints but none of them reads back; the message names each one and its error."""
+
+
+class ChecksumMismatch(OSError):
+    """A checkpoint file whose bytes are not those written (or that is gone)."""
+
+
+def write_checksums(step_dir: Path) -> None:
+    """<step_dir>/checksums.json: the SHA-256 of each file of the committed step, written whole (temp + rename)."""
+    tmp = step_dir / f".{CHECKSUMS}.tmp"
+    tmp.write_text(json.dumps(file_hashes(step_dir, skip=CHECKSUMS), indent=0, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, step_dir / CHECKSUMS)
+
+
+def verify_checksums(step_dir: Path, item: str = "") -> None:
+    """ChecksumMismatch naming the first file of the step (of its `item` folder alone, when given) whose bytes differ
+    from its recorded SHA-256."""
+    try:
+        recorded = json.loads((step_dir / CHECKSUMS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return  # written before checksums, or killed between the commit and the checksums: read unchecked
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ChecksumMismatch(f"{step_dir / CHECKSUMS} does not read: {e}") from None
+    for name, digest in sorted(recorded.items()):
+        if item and not name.startswith(f"{item}/"):
+            continue
+        try:
+            actual = sha256(step_dir / name)
+        except FileNotFoundError:
+            raise ChecksumMismatch(f"{step_dir / name} is missing") from None
+        if actual != digest:
+            raise ChecksumMismatch(f"{step_dir / name} has changed since it was written (SHA-256 {digest[:12]} -> "
+                                   f"{actual[:12]})")
 
 
 def _reason(e: BaseException) -> str:
@@ -63,6 +101,7 @@ class Checkpointer:
             raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
         self.directory = Path(run_dir).absolute() / "checkpoints"
         self.save_interval = save_interval
+        self._unsealed: int | None = None  # a step saved by this process whose checksums are not written yet
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             save_interval_steps=1,  # the interval is applied in save(): orbax would also save the first step
@@ -85,11 +124,22 @@ class Checkpointer:
             raise ValueError(f"meta must be JSON-serialisable (plain numbers, strings, lists, dicts): {e}") from e
         if not force and step % self.save_interval != 0:
             return False
-        return self._manager.save(
+        self._seal()  # orbax waits for the previous save here anyway
+        started = self._manager.save(
             int(step),
             args=ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}),
             force=force,
         )
+        if started and jax.process_index() == 0:
+            self._unsealed = int(step)
+        return started
+
+    def _seal(self) -> None:
+        """Waits for a pending save and writes the checksums of the step it committed."""
+        self._manager.wait_until_finished()
+        step, self._unsealed = self._unsealed, None
+        if step is not None and self.step_path(step).is_dir():
+            write_checksums(self.step_path(step))
 
     def latest_step(self) -> int | None:
         """Newest completed checkpoint step, or None."""
@@ -104,10 +154,13 @@ class Checkpointer:
 
         target: a pytree with the structure of the saved state whose leaves are arrays or jax.ShapeDtypeStructs;
         each restored leaf takes that leaf's shape, dtype and sharding (so sharded state comes back sharded,
-        resharded if the target's sharding differs from the saved one).
+        resharded if the target's sharding differs from the saved one). ChecksumMismatch when a file of the step has
+        changed since it was written.
         """
+        step = self._existing_step(step)
+        verify_checksums(self.step_path(step))
         restored = self._manager.restore(
-            self._existing_step(step),
+            step,
             args=ocp.args.Composite(
                 **{_STATE: ocp.args.StandardRestore(abstract_like(target)), _META: ocp.args.JsonRestore()}
             ),
@@ -115,15 +168,15 @@ class Checkpointer:
         return restored[_STATE], dict(restored[_META])
 
     def read_meta(self, step: int | None = None) -> dict[str, Any]:
-        """The meta dict of `step` (default: the latest) alone, without reading the state."""
-        restored = self._manager.restore(
-            self._existing_step(step), args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()})
-        )
+        """The meta dict of `step` (default: the latest) alone, without reading (or checking) the state."""
+        step = self._existing_step(step)
+        verify_checksums(self.step_path(step), _META)
+        restored = self._manager.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))
         return dict(restored[_META])
 
     def _existing_step(self, step: int | None) -> int:
         """`step` (default: the latest) once pending saves are committed; FileNotFoundError if it is not there."""
-        self._manager.wait_until_finished()
+        self._seal()
         if step is None:
             step = self.latest_step()
             if step is None:
@@ -149,7 +202,7 @@ class Checkpointer:
         return step, meta, skipped
 
     def _newest(self, read) -> tuple:
-        self._manager.wait_until_finished()
+        self._seal()
         skipped = []
         for step in reversed(self.all_steps()):
             try:
@@ -165,7 +218,7 @@ class Checkpointer:
     def set_aside(self, step: int) -> Path:
         """Moves an unreadable checkpoint out of the run's steps (to ../damaged_checkpoints/, kept for a look), so
         the run can write that step again; returns where it went."""
-        self._manager.wait_until_finished()
+        self._seal()
         folder = self.directory.parent / DAMAGED
         folder.mkdir(exist_ok=True)
         dst = folder / str(step)
@@ -181,11 +234,12 @@ class Checkpointer:
         self._manager.reload()
 
     def wait_until_finished(self) -> None:
-        """Blocks until any background save has been committed."""
-        self._manager.wait_until_finished()
+        """Blocks until any background save has been committed (and its checksums written)."""
+        self._seal()
 
     def close(self) -> None:
-        """Waits for pending saves and releases the manager's resources."""
+        """Waits for pending saves (and writes their checksums) and releases the manager's resources."""
+        self._seal()
         self._manager.close()
 
     def __enter__(self) -> Checkpointer:

@@ -12,13 +12,13 @@ file's SHA-256.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from spatial_jax.config import ConfigError, to_dict
+from spatial_jax.digests import file_hashes
 from spatial_jax.models.hf_io import save_pretrained
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.train import train
@@ -39,19 +39,6 @@ def pretrain_config(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError("policy.lora ranks must be 0: pre-training trains every weight")
     return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, steps=0),
                                eval=dataclasses.replace(cfg.eval, after_sft=False, after_rl=False))
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def file_hashes(out: Path) -> dict[str, str]:
-    """SHA-256 of every file of the checkpoint directory but the manifest, by relative path."""
-    return {str(p.relative_to(out)): sha256(p) for p in sorted(out.rglob("*")) if p.is_file() and p.name != MANIFEST}
 
 
 def code_revision() -> str:
@@ -76,7 +63,7 @@ def export(cfg: TrainConfig, out: str | Path) -> dict[str, Any]:
     out = Path(out)
     save_pretrained(job.model, out)
     job.tok.save(out)
-    manifest = {"config": to_dict(cfg), "code_revision": code_revision(), "files": file_hashes(out)}
+    manifest = {"config": to_dict(cfg), "code_revision": code_revision(), "files": file_hashes(out, skip=MANIFEST)}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return manifest
 

@@ -22,8 +22,9 @@ import numpy as np
 from spatial_jax.config import ConfigError, to_dict
 from spatial_jax.data.pipeline import Batch, make_iterator, open_source
 from spatial_jax.data.sample import DatasetError
-from spatial_jax.distributed import primary_says
+from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
+from spatial_jax.locks import PidLock
 from spatial_jax.rewards.advantages import group_advantages
 from spatial_jax.rl import report
 from spatial_jax.rl import step as st
@@ -32,7 +33,7 @@ from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule
-from spatial_jax.rl.workspace import Workspace, check_resumable, trained_settings
+from spatial_jax.rl.workspace import Workspace, check_resumable, data_digest, stage_data, trained_settings
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions
 from spatial_jax.rollout.decode_copy import DecodeCopy, decode_mesh
@@ -61,12 +62,7 @@ def full_seq_batch(model_cfg, batch: Batch) -> st.SeqBatch:
 
 def inputs(cfg: TrainConfig) -> dict[str, str]:
     """The data sources the job reads, by config key."""
-    out = {}
-    if cfg.sft.steps > 0:
-        key = "data.sft_train" if cfg.data.sft_train else "data.train"
-        out[key] = cfg.data.sft_train or cfg.data.train
-    if cfg.rl.steps > 0:
-        out["data.train"] = cfg.data.train
+    out = dict(stage_data(cfg, stage) for stage, steps in (("sft", cfg.sft.steps), ("rl", cfg.rl.steps)) if steps > 0)
     if (cfg.sft.steps > 0 and cfg.eval.after_sft) or (cfg.rl.steps > 0 and cfg.eval.after_rl):
         out["data.eval"] = cfg.data.eval
     return out
@@ -172,12 +168,14 @@ class Trainer(Workspace):
                                active=self.primary)
         bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
         saved_config = to_dict(cfg)  # goes with the weights: `eval` rebuilds the optimiser state and reference from it
+        data = data_digest(cfg, name)
         for step in range(start, steps):
             metrics, opt_state = step_fn(step, next(it), tx, opt_state)
             metrics["lr"] = float(schedule(step * updates))
             bar.update(writer.log(step + 1, metrics))
             ck.save(step + 1, self.state(opt_state), {"step": step + 1, "data": it.get_state(),
-                                                       "config": saved_config}, force=step + 1 == steps)
+                                                       "config": saved_config, "data_sha256": data},
+                    force=step + 1 == steps)
         bar.close()
         writer.close()
         ck.close()
@@ -342,5 +340,13 @@ class Trainer(Workspace):
                              shuffle=False, num_epochs=1, drop_remainder=False, image_cfg=self.policy.image_cfg)
 
 
+RUN_LOCK = "run.lock"
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    return Trainer(cfg).run()
+    """The job, holding the run directory's lock (taken by the first process of a cluster, which writes its files):
+    a second job on the same directory is refused before it writes anything."""
+    if not is_primary():
+        return Trainer(cfg).run()
+    with PidLock(Path(cfg.run_dir) / RUN_LOCK, f"run directory {cfg.run_dir}"):
+        return Trainer(cfg).run()

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spatial_jax.config import ConfigError, from_dict, to_dict
+from spatial_jax.digests import sha256
 from spatial_jax.distributed import barrier, is_primary
 from spatial_jax.models.hf_io import save_pretrained
 from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
@@ -73,10 +74,41 @@ def trained_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
     return {key: value for key, value in _flatten(config).items() if counts(key)}
 
 
+def stage_data(cfg: TrainConfig, stage: str) -> tuple[str, str]:
+    """(config key, source) of the data `stage` trains on."""
+    field, source = cfg.data.training_source(stage)
+    return f"data.{field}", source
+
+
+def data_digest(cfg: TrainConfig, stage: str) -> dict[str, str]:
+    """{config key: SHA-256 of the file} of the data `stage` trains on, which a checkpoint records: its rows change
+    the result as settings do. Empty for a synthetic source (the settings make it) or a file that does not read (the
+    input check reports it)."""
+    key, spec = stage_data(cfg, stage)
+    if spec.startswith("synthetic:"):
+        return {}
+    try:
+        return {key: sha256(spec)}
+    except OSError:
+        return {}
+
+
+def _check_same_data(cfg: TrainConfig, stage: str, meta: dict[str, Any], where: Path) -> None:
+    """ConfigError when the checkpoint at `where` was trained on other rows of the stage's data file."""
+    was, now = meta.get("data_sha256"), data_digest(cfg, stage)
+    for key, digest in now.items():
+        if was and was.get(key, digest) != digest:
+            raise ConfigError(
+                f"{where} was trained on other data: {key} {stage_data(cfg, stage)[1]} has changed since (SHA-256 "
+                f"{was[key][:12]} -> {digest[:12]}); resuming it would mix two runs: rerun on the data it was trained "
+                "on or use another run_dir"
+            )
+
+
 def check_resumable(cfg: TrainConfig) -> None:
     """Refuses (ConfigError) to resume a stage the job runs from checkpoints trained with settings that change its
-    result, naming each such key with both values: the run would end as a mix of two runs. The RL stage is compared
-    first, as its weights depend on every setting the SFT stage's do."""
+    result, naming each such key with both values, or on other rows of its data file: the run would end as a mix of
+    two runs. The RL stage is compared first, as its weights depend on every setting the SFT stage's do."""
     current = to_dict(cfg)
     for stage, steps in (("rl", cfg.rl.steps), ("sft", cfg.sft.steps)):
         directory = Path(cfg.run_dir) / stage
@@ -87,6 +119,7 @@ def check_resumable(cfg: TrainConfig) -> None:
                 step, meta, _ = ck.read_newest_meta()
             except (FileNotFoundError, CheckpointError):
                 continue  # nothing to compare: the stage starts afresh, or its restore reports the damage
+            _check_same_data(cfg, stage, meta, ck.step_path(step))
             saved = meta.get("config")
             if saved is None:
                 continue

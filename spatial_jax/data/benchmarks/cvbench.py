@@ -44,9 +44,7 @@ def _read(path: Path) -> list[BenchRecord]:
     out = []
     for what, row in rows:
         where = Where(path, what + (f" (idx {row.get('idx')})" if isinstance(row, dict) else ""))
-        choices = where.field(row, "choices", list)
-        if not choices:
-            raise where.error("field 'choices' must be a non-empty list")
+        choices = where.strings(row, "choices")
         answer = where.text(row, "answer").strip()
         letter = answer.strip("()")[:1]
         if not (answer.startswith("(") and letter in "ABCDEF"[: len(choices)]):
@@ -57,7 +55,7 @@ def _read(path: Path) -> list[BenchRecord]:
             image = embedded_image(where.field(row, "image"), where, "image")
         out.append(BenchRecord(
             benchmark=NAME, id=where.ident(row, "idx"), question=where.text(row, "question"),
-            options=tuple(str(c) for c in choices), answer=letter, answer_type="choice",
+            options=tuple(choices), answer=letter, answer_type="choice",
             category=where.text(row, "source"), images=(image,),
             extra={"task": where.text(row, "task"), "type": where.text(row, "type")}, origin=str(where)))
     return out

@@ -18,9 +18,7 @@ def load(root: Path) -> list[BenchRecord]:
     for i, obj in enumerate(read_json_list(path)):
         where = Where(path, f"record {i}" + (f" (question_id {obj.get('question_id')})" if isinstance(obj, dict)
                                              else ""))
-        options = where.field(obj, "answer_options", list)
-        if not options or not all(isinstance(o, str) for o in options):
-            raise where.error("field 'answer_options' must be a non-empty list of strings")
+        options = where.strings(obj, "answer_options")
         answer = where.field(obj, "answer", int)
         if not 0 <= answer < len(options):
             raise where.error(f"field 'answer' = {answer} is outside the {len(options)} options")

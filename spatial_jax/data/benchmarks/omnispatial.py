@@ -19,9 +19,7 @@ def load(root: Path) -> list[BenchRecord]:
     for i, obj in enumerate(read_json_list(path)):
         where = Where(path, f"record {i}" + (f" (id {obj.get('id')})" if isinstance(obj, dict) else ""))
         rid = where.ident(obj, "id")
-        options = where.field(obj, "options", list)
-        if not options or not all(isinstance(o, str) for o in options):
-            raise where.error("field 'options' must be a non-empty list of strings")
+        options = where.strings(obj, "options")
         answer = where.field(obj, "answer", int)
         if not 0 <= answer < len(options):
             raise where.error(f"field 'answer' = {answer} is outside the {len(options)} options")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from spatial_jax.data.jsonl import text_lines
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.records import brief
 
@@ -79,6 +80,13 @@ class Where:
     def text(self, obj: Any, key: str) -> str:
         return self.field(obj, key, str)
 
+    def strings(self, obj: Any, key: str) -> list[str]:
+        """A non-empty list of strings (a record's options: their text is the prompt's and the scorer's)."""
+        value = self.field(obj, key, list)
+        if not value or not all(isinstance(v, str) for v in value):
+            raise self.error(f"field '{key}' must be a non-empty list of strings, got {brief(value)}")
+        return value
+
     def ident(self, obj: Any, key: str) -> str:
         """An id given as a string or an integer, kept as its string."""
         return str(self.field(obj, key, (str, int)))
@@ -120,7 +128,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise BenchmarkError(f"{path}: not UTF-8 ({e})") from None
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text_lines(text), 1):
         if not line.strip():
             continue
         try:
@@ -184,7 +192,7 @@ def options_from_lines(text: str, where: Where, key: str) -> tuple[tuple[str, ..
     import re
 
     letters, texts = [], []
-    for line in text.splitlines():
+    for line in text_lines(text):
         m = re.match(r"\s*\(?([A-Z])[.)]\s*(.*)", line)
         if m:
             letters.append(m.group(1))

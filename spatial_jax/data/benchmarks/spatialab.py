@@ -20,9 +20,7 @@ def load(root: Path) -> list[BenchRecord]:
     out = []
     for i, row in enumerate(read_parquet(path)):
         where = Where(path, f"row {i}" + (f" (id {row.get('id')})" if row.get("id") is not None else ""))
-        options = where.field(row, "options", list)
-        if not options or not all(isinstance(o, str) for o in options):
-            raise where.error("field 'options' must be a non-empty list of strings")
+        options = where.strings(row, "options")
         raw = where.field(row, "answer", (str, int))
         letter = LETTERS[raw] if isinstance(raw, int) and 0 <= raw < len(options) else str(raw).strip()[:1].upper()
         if letter not in LETTERS[: len(options)]:

@@ -47,7 +47,7 @@ def _load(path: Path, name: str) -> list[BenchRecord]:
                 raise where.error(f"field 'ground_truth' = {truth!r} of numeric type {qtype} is no number") from None
             kind, options = "number", ()
         elif qtype in CHOICE_TYPES:
-            options = tuple(where.field(row, "options", list))
+            options = tuple(where.strings(row, "options"))
             kind, answer = "choice", str(truth).strip()
         else:
             raise where.error(f"field 'question_type' = {qtype!r} is none of VSI-Bench's question types")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spatial_jax.data.benchmarks import BenchRecord, to_sample
+from spatial_jax.data.jsonl import DuplicateKey, loads_unique, text_lines
 from spatial_jax.data.pipeline import make_iterator
 from spatial_jax.rollout.collect import ToolSettings, collect
 from spatial_jax.rollout.config import SamplingConfig
@@ -38,7 +39,7 @@ class ResponseCache:
         self.path, self.writes = path, writes
         self.responses: dict[str, str] = {}
         if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
+            for line in text_lines(path.read_text(encoding="utf-8")):
                 try:
                     row = json.loads(line)
                     self.responses[str(row["id"])] = row["response"]
@@ -109,10 +110,12 @@ def read_predictions(path: Path) -> dict[str, str]:
     except (OSError, UnicodeDecodeError) as e:
         raise BenchmarkError(f"--predictions {path}: cannot read ({e})") from None
     try:
-        obj: Any = json.loads(text)
+        obj: Any = loads_unique(text)
         lines = None
+    except DuplicateKey as e:  # in the object of id -> response: an id given twice
+        raise BenchmarkError(f"{path}: {e}") from None
     except json.JSONDecodeError:
-        obj, lines = None, text.splitlines()
+        obj, lines = None, text_lines(text)
     out: dict[str, str] = {}
     if isinstance(obj, dict) and set(obj) == {"id", "response"}:  # a JSONL file of one line
         items = [(obj["id"], obj["response"], "line 1")]
@@ -124,7 +127,9 @@ def read_predictions(path: Path) -> dict[str, str]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = loads_unique(line)
+            except DuplicateKey as e:
+                raise BenchmarkError(f"{path}:{number}: {e}") from None
             except json.JSONDecodeError as e:
                 raise BenchmarkError(f"{path}:{number}: not valid JSON ({e.msg})") from None
             if isinstance(row, dict) and "id" in row:

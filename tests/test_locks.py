@@ -1,0 +1,94 @@
+"""One writer per run directory (train, sft, pretrain) and per pseudo-GT output: a second one, started while the first
+runs, is refused before it writes anything, naming the first one's pid; a lock its holder left by dying is taken
+over with a warning."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spatial_jax.cli import main
+from spatial_jax.locks import Locked, PidLock
+
+ROOT = Path(__file__).resolve().parents[1]
+HOLD = "import sys, time; from spatial_jax.locks import PidLock; PidLock(sys.argv[1], 'x').__enter__(); print(1, " \
+       "flush=True); time.sleep(120)"
+
+
+@pytest.fixture
+def holder():
+    """holder(path): another process holding the lock at `path` until the test ends; returns its pid."""
+    procs = []
+
+    def hold(path: Path) -> int:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "1"
+        return proc.pid
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "pretrain"])
+def test_a_second_job_on_a_run_directory_is_refused_before_writing(command, tmp_path, holder, capsys):
+    run = tmp_path / "run"
+    pid = holder(run / "run.lock")
+    argv = [command, f"run_dir={run}", "sft.steps=1"]
+    if command == "pretrain":
+        argv = [command, "--config", str(ROOT / "configs/pretrain_tiny.toml"), "--out", str(tmp_path / "base"),
+                *argv[1:], "policy.train_vision=true", "policy.lora.rank=0", "policy.lora.vision_rank=0"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == f"spatial-jax {command}: run directory {run} is in use by process {pid} (lock file " \
+                  f"{run / 'run.lock'}): wait for it to end, or stop it\n"
+    assert os.listdir(run) == ["run.lock"] and not (tmp_path / "base").exists()
+
+
+def test_a_lock_left_by_a_dead_job_is_taken_over_with_a_warning(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    dead = _dead_pid()
+    (run / "run.lock").write_text(f"{dead}\n")
+    assert main(["train", f"run_dir={run}", "sft.steps=0", "rl.steps=0", "progress=false"]) == 0
+    err = capsys.readouterr().err
+    assert f"took over the lock {run / 'run.lock'} of process {dead}, which is no longer running" in err
+    assert (run / "config.json").is_file() and not (run / "run.lock").exists()
+
+
+def test_pseudo_gt_on_an_output_another_run_writes_is_refused(tmp_path, holder, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"id": "a", "image": "x.png", "question": "q", "options": ["l", "r"], "answer": "A"}\n')
+    (tmp_path / "x.png").write_bytes(b"")
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "question": "q"')  # the other run is writing its first row
+    pid = holder(f"{out}.lock")
+    assert main(["pseudo-gt", "--input", str(data), "--output", str(out), "--detector", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"spatial-jax pseudo-gt: --output {out} is in use by process {pid}") and \
+        err.count("\n") == 1
+    assert out.read_text() == '{"id": "a", "question": "q"'
+
+
+def test_the_lock_is_released_and_taken_again(tmp_path):
+    path = tmp_path / "sub" / "x.lock"
+    with PidLock(path, "x"):
+        assert path.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(Locked, match=f"x is in use by process {os.getpid()}"), PidLock(path, "x"):
+            pass
+    assert not path.exists()
+    with PidLock(path, "x"):
+        assert path.is_file()
