@@ -7,9 +7,11 @@ and left as it was; the output's folder is checked before the work.
 
 `--benchmark NAME --data COPY` (or `--protocol NAME --data ROOT`, ROOT holding one folder per benchmark named as the
 benchmark) scores the policy on a benchmark's local copy as its official evaluation code scores it and prints and
-writes the paper's table (JSON and Markdown); responses are cached per checkpoint under run_dir/eval_cache, so an
-interrupted run resumes. `--predictions FILE` (with --protocol: a folder of <benchmark>.json / .jsonl files) scores
-responses made elsewhere, with no model.
+writes the paper's table (JSON and Markdown): each question is laid out as the benchmark's protocol shows it, and the
+official extraction reads the method's final answer (a completion without one is wrong and counted unparsed).
+Responses are cached per checkpoint under run_dir/eval_cache, so an interrupted run resumes. `--predictions FILE`
+(with --protocol: a folder of <benchmark>.json / .jsonl files) scores responses made elsewhere, with no model, each
+read whole as given.
 """
 
 from __future__ import annotations
@@ -184,14 +186,15 @@ def run_benchmarks(args) -> int:
         check_writable(out)
         meta = {"predictions": str(args.predictions)}
         skipped: dict[str, list[str]] = {}
+        final_answer = None  # responses made elsewhere are read as given
     else:
-        responses, skipped, meta, out = _generate(args, protocol, plan, records, title)
+        responses, skipped, meta, out, final_answer = _generate(args, protocol, plan, records, title)
         if out is None:  # multi-host: the first process reports
             return 0
     tables, report = {}, {"protocol": protocol.name if protocol else None, **meta, "benchmarks": {}}
     for name, _, _ in plan:
         variant = (protocol.variants.get(name) if protocol else args.variant)
-        scored = score_responses(name, records[name], responses[name], variant)
+        scored = score_responses(name, records[name], responses[name], variant, final_answer)
         tables[name] = scored.table
         report["benchmarks"][name] = {"table": scored.table.as_dict(), "missing": scored.missing,
                                       "no_sample_form": skipped.get(name, []), "rows": scored.rows}
@@ -222,7 +225,8 @@ def _summary_markdown(protocol, combined) -> str:
 
 
 def _generate(args, protocol, plan, records, title):
-    """The policy's responses for every benchmark of the plan, through the per-checkpoint cache."""
+    """The policy's responses for every benchmark of the plan, through the per-checkpoint cache, and the method's
+    final_answer that scoring reads them through."""
     from pathlib import Path
 
     import jax
@@ -263,8 +267,8 @@ def _generate(args, protocol, plan, records, title):
     if bar is not None:
         bar.close()
     if not ws.primary:
-        return responses, skipped, {}, None
+        return responses, skipped, {}, None, None
     meta = {"checkpoint": stage, "run_dir": str(cfg.run_dir), "cache": str(folder),
             "decoding": {"temperature": decoding.temperature, "max_new_tokens": decoding.max_new_tokens,
                          "max_tool_turns": decoding.max_tool_turns, "video_frames": decoding.video_frames}}
-    return responses, skipped, meta, out
+    return responses, skipped, meta, out, ws.method.final_answer

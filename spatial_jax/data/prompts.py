@@ -68,13 +68,16 @@ HARNESS = PromptFormat(ALLOSPATIAL_SYSTEM, thinking=False, reference_key="allosp
 
 
 def user_text(sample: Sample, fmt: PromptFormat) -> str:
-    """The question, its lettered options, and (SpatialThinker) the stated image size its pixel boxes refer to."""
+    """The question, its lettered options (or a benchmark's own layout of both), and (SpatialThinker) the stated
+    image size its pixel boxes refer to."""
     lines = []
     if fmt.states_image_size:
         if sample.image_size is None:
             raise ValueError(f"sample {sample.id}: this prompt states the image size, which is unknown")
         w, h = sample.image_size
         lines.append(f"Image size: ({w} x {h})")
+    if sample.prompt_text:
+        return "\n".join([*lines, sample.prompt_text])
     lines.append(sample.question)
     if sample.options:
         lines.append("Options:")

@@ -3,7 +3,7 @@ targets), and one blank-image rollout per prompt for the counterfactual term (eq
 
 from spatial_jax.data.prompts import THINK_BOXES
 from spatial_jax.methods.base import Method, register
-from spatial_jax.rewards import prosr
+from spatial_jax.rewards import parse_think, prosr
 
 register(Method(
     name="prosr",
@@ -13,5 +13,6 @@ register(Method(
     prompt=THINK_BOXES,
     accuracy_key="r_acc",
     well_formed=lambda c: c["r_fmt"] > 0,
+    final_answer=parse_think.final_answer,
     needs_blank=True,
 ))
