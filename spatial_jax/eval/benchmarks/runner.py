@@ -3,7 +3,8 @@
 Responses come from the same rollout layer as training (`collect`: tool turns for a method that uses them), with
 the decoding the protocol states, each question laid out as its benchmark's protocol shows it (options and answer
 instruction, data/benchmarks/layout.py) inside the method's own prompt. Each finished batch is appended to the
-cache (one JSON line per record) before the next starts; a rerun with the same checkpoint and decoding reads the cache and generates only what is missing.
+cache (one JSON line per record) before the next starts; a rerun with the same checkpoint and decoding reads the
+cache and generates only what is missing.
 """
 
 from __future__ import annotations
