@@ -117,11 +117,14 @@ def test_spatialcore_protocol_on_a_tiny_checkpoint_prints_the_table_and_resumes(
     capsys.readouterr()
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "### omnispatial (re)" in printed and "### spatialab (letter)" in printed
+    # a policy's final answers: OmniSpatial's direct extraction, SpatiaLab's numbered options (App. D.1)
+    assert "### omnispatial (direct)" in printed and "### spatialab (number)" in printed
+    assert "unparsed (no final answer, scored wrong)" in printed
     assert "accuracy weighted by the official category sizes" in printed
     report = json.loads((run / "eval_spatialcore.json").read_text())
     assert report["checkpoint"] == "rl" and report["decoding"]["temperature"] == 0.0
     assert report["benchmarks"]["omnispatial"]["table"]["overall"]["n"] == 4
+    assert all("final_answer" in row for row in report["benchmarks"]["spatialab"]["rows"])
     assert (run / "eval_spatialcore.md").read_text().startswith("### omnispatial")
     cached = sorted((run / "eval_cache").glob("rl-1-*/*.jsonl"))
     assert [p.name for p in cached] == ["omnispatial.jsonl", "spatialab.jsonl"]

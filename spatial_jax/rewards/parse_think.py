@@ -119,8 +119,9 @@ def answer_letter(completion: str) -> str | None:
 def final_answer(completion: str) -> str | None:
     """SpatialCORE's and ProSR's final answer (SPEC 1.1): the text after the last `</think>`, stripped; None when
     `</think>` is missing or nothing follows it."""
-    idx = completion.rfind(THINK_CLOSE)
-    tail = completion[idx + len(THINK_CLOSE):].strip() if idx >= 0 else ""
+    text = completion if isinstance(completion, str) else ""
+    idx = text.rfind(THINK_CLOSE)
+    tail = text[idx + len(THINK_CLOSE):].strip() if idx >= 0 else ""
     return tail or None
 
 
