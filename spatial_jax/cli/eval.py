@@ -234,6 +234,7 @@ def _generate(args, protocol, plan, records, title):
     from spatial_jax import distributed
     from spatial_jax.cli.job_config import load_job
     from spatial_jax.config import ConfigError
+    from spatial_jax.eval.benchmarks.protocols import decoding_protocol
     from spatial_jax.eval.benchmarks.runner import ResponseCache, cache_dir, generate
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
 
@@ -243,7 +244,7 @@ def _generate(args, protocol, plan, records, title):
                           "evaluate the untrained policy on purpose")
     out = Path(args.output or Path(cfg.run_dir) / f"eval_{title}.json")
     check_writable(out)
-    decoding = _decoding(args, protocol, cfg)
+    decoding = _decoding(args, decoding_protocol(protocol, cfg.method, tuple(name for name, _, _ in plan)), cfg)
     distributed.initialize()
     ws = Workspace(cfg)
     stage = None if args.initial else ws.load_latest()
