@@ -95,7 +95,8 @@ def run(args) -> int:
         summary, rows = evaluate(ws.model, ws.tok, it, ws.method, ws.reward_cfg, cfg.eval.max_new_tokens,
                                  cfg.eval.max_samples,
                                  tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
-                                 blank_fill=cfg.rl.blank_fill, image_cfg=ws.policy.image_cfg)
+                                 blank_fill=cfg.rl.blank_fill, image_cfg=ws.policy.image_cfg,
+                                 diagnostics=cfg.eval.diagnostics, seed=cfg.seed)
     if not ws.primary:  # multi-host: the first process writes the report
         return 0
     write_json(out, {"checkpoint": stage, "data": cfg.data.eval, "summary": summary, "rows": rows}, indent=1)

@@ -322,7 +322,8 @@ class Trainer(Workspace):
         summary, rows = evaluate(self.decoder(), self.tok, self.eval_share(), self.method, self.reward_cfg,
                                  cfg.eval.max_new_tokens, cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
                                  tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
-                                 blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg, hosts=self.hosts)
+                                 blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg, hosts=self.hosts,
+                                 diagnostics=cfg.eval.diagnostics, seed=cfg.seed)
         bar.close()
         if self.primary:
             report.write_json(path, {"key": key, "summary": summary, "rows": rows}, indent=1)
