@@ -70,11 +70,12 @@ def run(args) -> int:
     from spatial_jax import distributed
     from spatial_jax.cli.job_config import load_job
     from spatial_jax.config import ConfigError
-    from spatial_jax.data.pipeline import eval_iterator
     from spatial_jax.eval.evaluate import evaluate
     from spatial_jax.rl.report import write_json
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
     from spatial_jax.rollout.collect import ToolSettings
+    from spatial_jax.rollout.decode_copy import DecodeCopy
+    from spatial_jax.rollout.hosts import HostShare
 
     cfg = load_job(args.config, args.overrides)  # config errors surface before the cluster is joined
     if not args.initial and not has_checkpoint(cfg.run_dir):
@@ -90,10 +91,12 @@ def run(args) -> int:
     if ws.primary:
         print(f"evaluating {'the ' + stage + ' checkpoint' if stage else 'the initial policy'} of {cfg.run_dir} "
               f"on {cfg.data.eval}", flush=True)
+    hosts = HostShare.of_cluster(ws.tok.pad_id)  # each process evaluates its share of the questions
     with jax.set_mesh(ws.mesh):
-        it = eval_iterator(cfg.data, ws.tok, ws.method.prompt, cfg.eval.batch_size, image_cfg=ws.policy.image_cfg)
-        summary, rows = evaluate(ws.model, ws.tok, it, ws.method, ws.reward_cfg, cfg.eval.max_new_tokens,
-                                 cfg.eval.max_samples,
+        it = hosts.eval_iterator(cfg.data, ws.tok, ws.method.prompt, cfg.eval.batch_size, cfg.eval.max_samples,
+                                 ws.policy.image_cfg)
+        summary, rows = evaluate(DecodeCopy(ws.model, cfg.decode, ws.mesh), ws.tok, it, ws.method, ws.reward_cfg,
+                                 cfg.eval.max_new_tokens, cfg.eval.max_samples, hosts=hosts,
                                  tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
                                  blank_fill=cfg.rl.blank_fill, image_cfg=ws.policy.image_cfg,
                                  diagnostics=cfg.eval.diagnostics, seed=cfg.seed)
@@ -238,6 +241,8 @@ def _generate(args, protocol, plan, records, title):
     from spatial_jax.eval.benchmarks.protocols import decoding_protocol
     from spatial_jax.eval.benchmarks.runner import ResponseCache, cache_dir, generate
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
+    from spatial_jax.rollout.decode_copy import DecodeCopy
+    from spatial_jax.rollout.hosts import HostShare
 
     cfg = load_job(args.config, args.overrides)
     if not args.initial and not has_checkpoint(cfg.run_dir):
@@ -257,15 +262,26 @@ def _generate(args, protocol, plan, records, title):
 
         bar = tqdm(total=total, desc=f"eval {title}", unit="q")
     responses, skipped = {}, {}
+    hosts = HostShare.of_cluster(ws.tok.pad_id)  # each process answers its share of the questions
     with jax.set_mesh(ws.mesh):
+        model = DecodeCopy(ws.model, cfg.decode, ws.mesh)
         for name, _, _ in plan:
             cache = ResponseCache(folder / f"{name}.jsonl", writes=ws.primary)
+            own = [records[name][i] for i in hosts.share(len(records[name]))]
+            if hosts.count > 1:
+                print(f"process {hosts.index} of {hosts.count} answers {len(own)} of the {len(records[name])} "
+                      f"{name} questions", flush=True)
             if bar is not None:
-                bar.update(sum(1 for r in records[name] if r.id in cache.responses))
-            responses[name], skipped[name] = generate(
-                records[name], cache, model=ws.model, tokenizer=ws.tok, method=ws.method, reward_cfg=ws.reward_cfg,
+                bar.update(sum(1 for r in own if r.id in cache.responses))
+            got, skip = generate(
+                own, cache, model=model, tokenizer=ws.tok, method=ws.method, reward_cfg=ws.reward_cfg,
                 data_cfg=cfg.data, image_cfg=ws.policy.image_cfg, batch_size=cfg.eval.batch_size, decoding=decoding,
                 blank_fill=cfg.rl.blank_fill, progress=bar.update if bar is not None else None)
+            shares = hosts.everyone((dict(got), skip))
+            every = {rid: text for share, _ in shares for rid, text in share.items()}
+            cache.add([(rid, text) for rid, text in every.items() if rid not in cache.responses])
+            responses[name] = {r.id: every[r.id] for r in records[name] if r.id in every}
+            skipped[name] = [rid for _, skip in shares for rid in skip]
     if bar is not None:
         bar.close()
     if not ws.primary:
