@@ -156,7 +156,8 @@ OMNISPATIAL = [
      "task_type": "Dynamic_Reasoning", "sub_task_type": "Manipulation"},
     {"id": "1_0", "question": "How fast?", "options": ["1 m/s", "2 m/s", "3 m/s", "4 m/s"], "answer": 1,
      "task_type": "Dynamic_Reasoning", "sub_task_type": "Motion_Analysis"},
-    {"id": "2_0", "question": "From the chair, where is the lamp?", "options": ["left", "right", "front", "back"],
+    # the real data.json repeats an id under another task type: records are keyed <task_type>_<id>
+    {"id": "0_0", "question": "From the chair, where is the lamp?", "options": ["left", "right", "front", "back"],
      "answer": 2, "task_type": "Perspective_Taking", "sub_task_type": "Allocentric"},
     {"id": "2_1", "question": "From the lamp, where is the chair?", "options": ["left", "right", "front", "back"],
      "answer": 0, "task_type": "Perspective_Taking", "sub_task_type": "Allocentric"},
@@ -285,6 +286,10 @@ def test_a_copy_loads_with_ids_categories_and_media(name, tmp_path):
 def test_fields_and_layouts_read_as_the_authors_read_them(tmp_path):
     omni = load("omnispatial", write_copy("omnispatial", tmp_path / "o"))
     assert [r.answer for r in omni] == ["A", "B", "C", "A"] and omni[3].images[0].endswith("Perspective_Taking/2.png")
+    assert [r.id for r in omni] == ["Dynamic_Reasoning_0_0", "Dynamic_Reasoning_1_0", "Perspective_Taking_0_0",
+                                    "Perspective_Taking_2_1"]
+    assert omni[0].images[0].endswith("Dynamic_Reasoning/0.png")
+    assert omni[2].images[0].endswith("Perspective_Taking/0.png")
     assert omni[1].category == "Motion_Analysis" and omni[1].extra["task_type"] == "Dynamic_Reasoning"
     mc = load("mindcube-tiny", write_copy("mindcube-tiny", tmp_path / "m"))
     assert [r.category for r in mc] == ["among", "around", "rotation", "translation", "among"]
@@ -345,7 +350,7 @@ def test_copies_that_are_not_there_or_not_readable_are_clear_errors(tmp_path):
     with pytest.raises(BenchmarkError, match="record 2.*'answer' = 7 is outside the 4 options"):
         load("omnispatial", write_omnispatial(tmp_path / "bad", rows))
     rows = [dict(r) for r in OMNISPATIAL]
-    rows[3]["id"] = "2_0"
+    rows[3]["id"] = "0_0"  # the same id under the same task type is a repeat
     with pytest.raises(BenchmarkError, match="repeats"):
         load("omnispatial", write_omnispatial(tmp_path / "twice", rows))
 

@@ -117,11 +117,14 @@ def test_spatialcore_protocol_on_a_tiny_checkpoint_prints_the_table_and_resumes(
     capsys.readouterr()
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "### omnispatial (re)" in printed and "### spatialab (letter)" in printed
+    # a policy's final answers: OmniSpatial's direct extraction, SpatiaLab's numbered options (App. D.1)
+    assert "### omnispatial (direct)" in printed and "### spatialab (number)" in printed
+    assert "unparsed (no final answer, scored wrong)" in printed
     assert "accuracy weighted by the official category sizes" in printed
     report = json.loads((run / "eval_spatialcore.json").read_text())
     assert report["checkpoint"] == "rl" and report["decoding"]["temperature"] == 0.0
     assert report["benchmarks"]["omnispatial"]["table"]["overall"]["n"] == 4
+    assert all("final_answer" in row for row in report["benchmarks"]["spatialab"]["rows"])
     assert (run / "eval_spatialcore.md").read_text().startswith("### omnispatial")
     cached = sorted((run / "eval_cache").glob("rl-1-*/*.jsonl"))
     assert [p.name for p in cached] == ["omnispatial.jsonl", "spatialab.jsonl"]
@@ -138,3 +141,34 @@ def test_spatialcore_protocol_on_a_tiny_checkpoint_prints_the_table_and_resumes(
     assert calls == [1]
     again = json.loads((run / "eval_spatialcore.json").read_text())
     assert again["summary"] == report["summary"]
+
+
+def test_an_allospatial_policy_decodes_as_its_paper_and_is_read_from_its_answer_tags(tmp_path, monkeypatch):
+    """`--benchmark vsibench-tiny` on an AlloSpatial policy: temperature 1.0, up to 8 tool turns of 8,192 new tokens,
+    7 frames (its paper's evaluation configuration), each answer read from the last <Answer> tag; a SpatialCORE policy
+    on the same copy decodes greedily with the run's settings (its paper does not report VSI-Bench)."""
+    import spatial_jax.eval.benchmarks.runner as runner
+
+    data = write_copy("vsibench-tiny", tmp_path / "vsi")
+    seen = {}
+
+    def generate(records, cache, *, decoding, **_):
+        seen["decoding"] = decoding
+        # the gold in the answer tag, a wrong letter in the reasoning before it
+        return {r.id: f"Step1: Visual Clues\nZ 0 <Answer>{r.answer if isinstance(r.answer, str) else f'{r.answer:g}'}"
+                      "</Answer>" for r in records}, []
+
+    monkeypatch.setattr(runner, "generate", generate)
+    out = tmp_path / "allo.json"
+    assert main(["eval", "--benchmark", "vsibench-tiny", "--data", str(data), "--initial", "--no-progress",
+                 f"--output={out}", "method=allospatial", f"run_dir={tmp_path / 'run'}"]) == 0
+    d = seen["decoding"]
+    assert (d.temperature, d.max_tool_turns, d.max_new_tokens, d.video_frames) == (1.0, 8, 8192, 7)
+    report = json.loads(out.read_text())
+    assert report["decoding"]["temperature"] == 1.0
+    scored = report["benchmarks"]["vsibench-tiny"]
+    assert [r["score"] for r in scored["rows"]] == [1.0] * 6 and scored["table"]["unparsed"] == 0
+    assert main(["eval", "--benchmark", "vsibench-tiny", "--data", str(data), "--initial", "--no-progress",
+                 f"--output={out}", f"run_dir={tmp_path / 'run'}", "eval.max_new_tokens=6"]) == 0
+    d = seen["decoding"]
+    assert (d.temperature, d.max_new_tokens, d.video_frames) == (0.0, 6, 0)

@@ -19,14 +19,15 @@ from spatial_jax.eval.benchmarks.extract import mra
 # benchmark -> (responses by record id, expected score per record in file order, expected overall, {row: value})
 CASES = {
     "omnispatial": (
-        {"0_0": "The block slides to the left.",  # no "Answer:" line: read as "A", the gold: right
-         "1_0": "answer: b",  # case-insensitive match keeps the lower-case "b": not "B"
-         "2_0": "Answer: B\nOn reflection:\nAnswer: C\n",  # the last match counts; trailing newline harmless
-         "2_1": "Answer: D"},
+        {"Dynamic_Reasoning_0_0": "The block slides to the left.",  # no "Answer:" line: read as "A", the gold: right
+         "Dynamic_Reasoning_1_0": "answer: b",  # case-insensitive match keeps the lower-case "b": not "B"
+         "Perspective_Taking_0_0": "Answer: B\nOn reflection:\nAnswer: C\n",  # the last match counts
+         "Perspective_Taking_2_1": "Answer: D"},
         [1, 0, 1, 0], 0.5, {"Manipulation": 1.0, "Motion_Analysis": 0.0, "Allocentric": 0.5,
                             "Dynamic_Reasoning": 0.5, "Perspective_Taking": 0.5}),
     "spatialab": (
-        {"sl-1": "(A) the cube\n", "sl-2": "The answer is c.", "sl-3": "Answer: B"},
+        # App. D.1: an exact match on the option's number, whitespace aside ("3." is not "3")
+        {"sl-1": " 1\n", "sl-2": "3.", "sl-3": "2"},
         [1, 0, 1], 2 / 3, {"3D Geometry": 1.0, "Orientation": 0.5}),
     "3dsrbench": (
         {"1": "A. the lamp", "2": "b", "3": "The answer is B\n", "4": "(A)", "5": "C", "6": "D"},
@@ -149,11 +150,11 @@ def test_3dsrbench_without_qids_scores_only_rows(tmp_path):
 
 def test_omnispatial_direct_variant_and_missing_and_stray_ids(tmp_path):
     records = load_fixture("omnispatial")
-    direct = score_responses("omnispatial", records, {"0_0": " a.", "1_0": "B", "2_0": "c", "2_1": "Bottom left"},
-                             "direct")
+    ids = [r.id for r in records]
+    direct = score_responses("omnispatial", records, dict(zip(ids, (" a.", "B", "c", "Bottom left"))), "direct")
     assert [r["score"] for r in direct.rows] == [1, 1, 1, 0]
-    part = score_responses("omnispatial", records, {"1_0": "Answer: B"})
-    assert part.missing == ["0_0", "2_0", "2_1"] and part.table.overall.n == 1
+    part = score_responses("omnispatial", records, {ids[1]: "Answer: B"})
+    assert part.missing == [ids[0], ids[2], ids[3]] and part.table.overall.n == 1
     from spatial_jax.data.benchmarks import BenchmarkError
 
     with pytest.raises(BenchmarkError, match="no omnispatial record ids"):

@@ -213,7 +213,11 @@ def test_references_parse_with_the_reward_parsers(samples):
     for s in samples:
         gold = s.answer if s.answer_type == "choice" else None
         core = parse_think(s.reference["spatialcore"])
-        assert set(s.reference) == {"spatialcore", "spatialthinker", "allospatial"}
+        assert set(s.reference) == {"spatialcore", "prosr", "spatialthinker", "allospatial"}
+        # ProSR (App. A.6): SpatialCORE's reasoning and answer without its box lines
+        prosr = parse_think(s.reference["prosr"])
+        assert not prosr.boxes and "bbox_2d" not in s.reference["prosr"] and prosr.answer == core.answer
+        assert s.reference["spatialcore"].endswith(s.reference["prosr"])
         assert [b.label for b in core.valid_boxes] == s.meta["relevant"]
         assert len(core.valid_boxes) == len(core.boxes)
         if gold:
@@ -230,7 +234,7 @@ def test_references_parse_with_the_reward_parsers(samples):
 
 
 def test_references_earn_full_answer_reward():
-    from spatial_jax.rewards import allospatial, spatialcore, spatialthinker
+    from spatial_jax.rewards import allospatial, prosr, spatialcore, spatialthinker
 
     mc = syn.generate(syn.SyntheticConfig(min_validity=1.0), "heldout", 6, render_image=False)
     num = syn.generate(syn.SyntheticConfig(question_types=("distance",)), "heldout", 3, render_image=False)
@@ -238,6 +242,8 @@ def test_references_earn_full_answer_reward():
     for r in core:
         # exact boxes at validity 1: IoU 1, label similarity 1 -> 0.8 * (1 - 0.25) + 0.2 = 0.8 (eq 3, tau 0.25)
         assert r["r_ans"] == 1.0 and r["well_formed"] == 1.0 and r["r_spatial"] == pytest.approx(0.8), r
+    for r in prosr.score_batch([s.to_rollout(s.reference["prosr"]) for s in mc]):
+        assert r["r_acc"] == 1.0 and r["r_fmt"] == 1.0, r
     for s in mc:
         r = spatialthinker.score(s.to_rollout(s.reference["spatialthinker"]))
         assert r["reward"] > 0.95, r

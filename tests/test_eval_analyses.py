@@ -40,9 +40,11 @@ def test_process_diagnostics_are_prosr_diagnose_without_the_id_table():
     cfg = ProSRConfig(min_span_tokens=1)
     summary, groups = process_diagnostics(ros, cfg)
     full = diagnose(ros, cfg)
-    assert {k: v for k, v in full.items() if k != "group_of"} == summary and groups == full["group_of"]
+    assert {"rollouts": "greedy", **{k: v for k, v in full.items() if k != "group_of"}} == summary
+    assert groups == full["group_of"]
     assert {"A_blank", "SAR", "NTS", "LRR@0.1"} <= set(summary) and summary["n"] == 40
-    assert process_diagnostics(ros, object())[0] == {k: v for k, v in diagnose(ros).items() if k != "group_of"}
+    assert process_diagnostics(ros, object(), "sampled")[0] == {
+        "rollouts": "sampled", **{k: v for k, v in diagnose(ros).items() if k != "group_of"}}
 
 
 def _eval_file(path, correct):
@@ -78,3 +80,41 @@ def test_summary_and_figure_show_the_analyses(tmp_path, capsys):
     assert "matched IoU by H quartile" in out and "rho(H, IoU) -1.000" in out
     assert "accuracy after RL - after SFT (paired): 0.040 ± 0.010 (n=512)" in out
     assert report.plot(tmp_path / "nothing", {}) is None
+
+
+def test_prosr_diagnostics_read_pairs_sampled_at_temperature_1_or_the_greedy_ones(monkeypatch):
+    """ProSR eq. 2 samples r and its blank pair from the policy: evaluation draws them at temperature 1 in a pass of
+    their own (seeds from the run's seed and the batch), and its accuracy stays the greedy rollouts'; "greedy" (the
+    named option) reads the greedy pairs."""
+    from types import SimpleNamespace
+
+    import spatial_jax.eval.evaluate as ev
+    from spatial_jax.methods import get_method
+    from spatial_jax.records import BlankRollout, Rollout
+
+    calls = []
+
+    def collect(model, batch, tok, method, reward_cfg, sampling, group_size, seed, *, blank_seed=0, **_):
+        calls.append((sampling.temperature, seed, blank_seed))
+        # greedy: the blank answers as the image does (SAR 1); sampled: it does not (SAR 0)
+        blank = "B" if sampling.temperature == 0 else "A"
+        ros = [Rollout(id=f"{r.id}/0/0", completion="ab</think>B", answer="B", options=("A. x", "B. y"),
+                       blank=BlankRollout(f"ab</think>{blank}")) for r in batch.records]
+        return SimpleNamespace(rollouts=ros, scores=method.score_batch(ros, reward_cfg))
+
+    monkeypatch.setattr(ev, "collect", collect)
+    batches = [SimpleNamespace(records=[SimpleNamespace(id=f"q{i}", category="c") for i in range(k, k + 2)])
+               for k in (0, 2)]
+    tok = SimpleNamespace(im_end_id=1, pad_id=0)
+    prosr = get_method("prosr")
+    summary, rows = ev.evaluate(None, tok, batches, prosr, prosr.config(), 8, seed=7)
+    assert [c[0] for c in calls] == [0.0, 1.0, 0.0, 1.0] and calls[1::2] == [(1.0, 7, 8), (1.0, 9, 10)]
+    process = summary["process"]
+    assert process["rollouts"] == "sampled (temperature 1)" and process["n"] == 4 and process["SAR"] == 0.0
+    assert summary["accuracy"]["mean"] == 1.0 and process["accuracy"] == 1.0
+    calls.clear()
+    summary, _ = ev.evaluate(None, tok, batches, prosr, prosr.config(), 8, diagnostics="greedy")
+    assert [c[0] for c in calls] == [0.0, 0.0] and summary["process"]["SAR"] == 1.0
+    assert summary["process"]["rollouts"] == "greedy"
+    with pytest.raises(ValueError, match="diagnostics must be one of"):
+        ev.evaluate(None, tok, batches, prosr, prosr.config(), 8, diagnostics="beam")

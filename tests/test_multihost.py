@@ -279,3 +279,32 @@ def test_processes_assemble_the_whole_batch_of_rollouts_from_their_own(monkeypat
     everyone = _as_two_processes(monkeypatch, lambda hosts: hosts.everyone({"rows": [hosts.index] * (hosts.index + 1)}))
     assert everyone == [[{"rows": [0]}, {"rows": [1, 1]}]] * 2
     assert [HostShare(p, 2).row_ids(3, 2).tolist() for p in range(2)] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]
+
+
+EVAL = [sys.executable, "-c", "import sys; from spatial_jax.cli import main; sys.exit(main(sys.argv[1:]))", "eval",
+        "--benchmark", "spatialab", "--initial", "--no-progress"]
+EVAL_SETTINGS = ["eval.max_new_tokens=8", "eval.batch_size=4", "mesh.data=2"]
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_questions_of_an_evaluation_and_write_one_table(tmp_path):
+    """`spatial-jax eval --benchmark` on two processes: each answers its share of the questions (2 and 1 of 3), and
+    the first writes the table one process writes, to the response."""
+    from test_bench_loaders import write_copy
+
+    copy = write_copy("spatialab", tmp_path / "spatialab")
+    command = [*EVAL, "--data", str(copy)]
+    done = subprocess.run([*command, f"--output={tmp_path / 'single.json'}", *EVAL_SETTINGS,
+                           f"run_dir={tmp_path / 'single'}"], cwd=ROOT, env=_env(2), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = _two_processes([*command, f"--output={tmp_path / 'cluster.json'}", *EVAL_SETTINGS],
+                             tmp_path / "cluster", devices=1)
+    assert "process 0 of 2 answers 2 of the 3 spatialab questions" in outputs[0]
+    assert "process 1 of 2 answers 1 of the 3 spatialab questions" in outputs[1]
+    one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("single", "cluster"))
+    assert two["benchmarks"] == one["benchmarks"] and len(one["benchmarks"]["spatialab"]["rows"]) == 3
+    # each process answered only its own questions: the first wrote all three to the cache, once each
+    cached = [json.loads(line)["id"] for line in next((tmp_path / "cluster" / "eval_cache").glob("*/*.jsonl"))
+              .read_text().splitlines()]
+    assert sorted(cached) == sorted(r["id"] for r in one["benchmarks"]["spatialab"]["rows"])

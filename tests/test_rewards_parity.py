@@ -317,3 +317,46 @@ def test_torch_reference_scales_to_thousands_of_boxes():
     _compare_records(spatialcore_main(ros, CFG), ref)
     assert all(r["n_pred"] == 2050 and r["n_with_H"] == 2050 for r in ref)
     assert elapsed < 5.0, f"torch reference took {elapsed:.1f} s for 2 x 2,050 boxes"
+
+
+def _compare_diagnostics(main: dict, ref: dict) -> None:
+    assert set(main) == set(ref)
+    for k in main:
+        if isinstance(main[k], float):
+            assert main[k] == pytest.approx(ref[k], abs=TOL), k
+        else:
+            assert main[k] == ref[k], k
+
+
+def test_prosr_diagnostics_parity():
+    """ProSR's diagnostics (eqs. 3-7) against the torch reference on random pairs (unclosed spans, NaN entropies,
+    unparsed answers among them) and on edge cases: no pairs, pairs without trajectories, one-token and all-zero
+    trajectories, a rollout without its blank."""
+    from spatial_jax.eval.prosr_diagnostics import diagnose
+    from spatial_jax.records import BlankRollout, Rollout, TokenTrace
+    from spatial_jax.reference import prosr_diagnostics_torch
+
+    cfg = ProSRConfig()
+    for seed in (4, 5):
+        ros = synthetic.rollouts(N // 2, seed=seed, with_blank=True)
+        main = diagnose(ros, cfg, 0.1, 0.4)
+        _compare_diagnostics(main, prosr_diagnostics_torch.diagnose(ros, cfg, 0.1, 0.4))
+        assert main["NTS_undefined"] > 0 and 0 < main["SAR"] < 1 and main["LRR@0.1"] > 0
+    zeros = TokenTrace(entropies=(0.0, 0.0), offsets=((0, 1), (1, 2)))
+    edge = [
+        Rollout(id="unclosed", completion="ab", answer="A", trace=zeros, blank=BlankRollout("ab</think>A", zeros)),
+        Rollout(id="both-open", completion="ab", trace=zeros, blank=BlankRollout("ab", zeros)),
+        Rollout(id="zeros", completion="ab</think>A", answer="A", options=("A. x", "B. y"), trace=zeros,
+                blank=BlankRollout("ab</think>A", zeros)),
+        Rollout(id="one-token", completion="a</think>B", answer="B",
+                trace=TokenTrace(entropies=(0.5,), offsets=((0, 1),)),
+                blank=BlankRollout("b</think>B", TokenTrace(entropies=(0.0,), offsets=((0, 1),)))),
+        Rollout(id="nan", completion="ab</think>B", answer=1, options=("A. x", "B. y"),
+                trace=TokenTrace(entropies=(float("nan"),) * 2, offsets=((0, 1), (1, 2))),
+                blank=BlankRollout("ab</think>B", zeros)),
+        Rollout(id="no-blank", completion="ab</think>B", trace=zeros),
+    ]
+    for cases, tau in ((edge, 0.1), (edge[:1], 0.0), ([], 0.1)):
+        _compare_diagnostics(diagnose(cases, cfg, tau), prosr_diagnostics_torch.diagnose(cases, cfg, tau))
+    out = diagnose(edge, cfg)
+    assert out["n"] == 5 and out["NTS_undefined"] == 3

@@ -143,7 +143,8 @@ def test_diagnostics_hand_cases():
     assert diag.late_rise_rate([0.9, 0.0, 0.05, 0.11], 0.1) == pytest.approx(0.5)
     assert diag.pair_similarity(e, 2 * e) == pytest.approx(1.0, abs=1e-8)
     assert diag.pair_similarity(e, np.array([])) is None
-    assert diag.normalised_trajectory_similarity([1.0, None, 0.5]) == pytest.approx(0.75)
+    # eq. 5 averages over all N pairs: one without two trajectories enters as 0
+    assert diag.normalised_trajectory_similarity([1.0, None, 0.5]) == pytest.approx(0.5)
     groups = diag.failure_groups([True, True, False, True], [0.9, 0.9, 0.9, 0.3], [0.0, 0.5, 0.0, 0.2])
     assert groups == ["spurious_only", "both", "clean", "tail_only"]
     span = [1.0] * 14 + [2.0] * 6
@@ -151,3 +152,23 @@ def test_diagnostics_hand_cases():
     out = diag.diagnose(ros)
     assert out["n"] == 2 and out["accuracy"] == 1.0 and out["A_blank"] == 0.5 and out["SAR"] == 0.5
     assert out["LRR@0.1"] == 0.5 and out["groups"] == {"clean": 1, "spurious_only": 0, "tail_only": 0, "both": 1}
+    nts = (1.0 + diag.pair_similarity(np.array(span[::-1]), np.array(span))) / 2
+    assert out["NTS"] == pytest.approx(nts) and out["NTS_undefined"] == 0
+    out = diag.diagnose([*ros, make(span, blank_span=span, blank_tail="")])  # a blank that never closes its span
+    assert out["n"] == 3 and out["NTS"] == pytest.approx(2 * nts / 3) and out["NTS_undefined"] == 1
+
+
+def test_prosr_asks_for_reasoning_then_one_letter_and_no_boxes():
+    """ProSR App. A.6 (SPEC 8): its prompt asks for no boxes (so no box digits enter its entropy trajectories) and
+    for one letter after </think>; its SFT target is the synthetic world's reference in that format."""
+    from spatial_jax.data import synthetic as syn
+    from spatial_jax.data.prompts import THINK_BOXES
+    from spatial_jax.methods import get_method
+
+    fmt = get_method("prosr").prompt
+    assert fmt.thinking and "bbox_2d" not in fmt.system and "box" not in fmt.system.lower()
+    assert "exactly one capital letter" in fmt.system and "</think>" in fmt.system
+    assert get_method("spatialcore").prompt is THINK_BOXES and fmt is not THINK_BOXES
+    sample = syn.make_sample(syn.SyntheticConfig(), "train", 3, render_image=False)
+    target = sample.reference[fmt.reference_key]
+    assert "bbox_2d" not in target and target.endswith(f"</think>\n{sample.answer}")

@@ -96,7 +96,7 @@ def clip(n: int = 7, h: int = 20, w: int = 28, seed: int = 0) -> np.ndarray:
 
 
 def choice_sample(sid: str, **visual) -> Sample:
-    reference = {"spatialcore": '{"bbox_2d": [1, 2, 30, 40], "label": "cup"}\nleft</think>A',
+    reference = {"spatialcore": '{"bbox_2d": [1, 2, 30, 40], "label": "cup"}\nleft</think>A', "prosr": "left</think>A",
                  "spatialthinker": "<observe>x</observe><scene>{}</scene><think>y</think><answer>(A) left</answer>",
                  "allospatial": "Step5: Final Answer <Answer>A</Answer>"}
     return Sample(id=sid, image=visual.pop("image", None), question="Which side is the cup on?",

@@ -7,9 +7,11 @@ and left as it was; the output's folder is checked before the work.
 
 `--benchmark NAME --data COPY` (or `--protocol NAME --data ROOT`, ROOT holding one folder per benchmark named as the
 benchmark) scores the policy on a benchmark's local copy as its official evaluation code scores it and prints and
-writes the paper's table (JSON and Markdown); responses are cached per checkpoint under run_dir/eval_cache, so an
-interrupted run resumes. `--predictions FILE` (with --protocol: a folder of <benchmark>.json / .jsonl files) scores
-responses made elsewhere, with no model.
+writes the paper's table (JSON and Markdown): each question is laid out as the benchmark's protocol shows it, and the
+official extraction reads the method's final answer (a completion without one is wrong and counted unparsed).
+Responses are cached per checkpoint under run_dir/eval_cache, so an interrupted run resumes. `--predictions FILE`
+(with --protocol: a folder of <benchmark>.json / .jsonl files) scores responses made elsewhere, with no model, each
+read whole as given.
 """
 
 from __future__ import annotations
@@ -75,11 +77,12 @@ def run(args) -> int:
     from spatial_jax import distributed
     from spatial_jax.cli.job_config import load_job
     from spatial_jax.config import ConfigError
-    from spatial_jax.data.pipeline import eval_iterator
     from spatial_jax.eval.evaluate import evaluate
     from spatial_jax.rl.report import write_json
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
     from spatial_jax.rollout.collect import ToolSettings
+    from spatial_jax.rollout.decode_copy import DecodeCopy
+    from spatial_jax.rollout.hosts import HostShare
 
     cfg = load_job(args.config, args.overrides)  # config errors surface before the cluster is joined
     if not args.initial and not has_checkpoint(cfg.run_dir):
@@ -95,12 +98,15 @@ def run(args) -> int:
     if ws.primary:
         print(f"evaluating {'the ' + stage + ' checkpoint' if stage else 'the initial policy'} of {cfg.run_dir} "
               f"on {cfg.data.eval}", flush=True)
+    hosts = HostShare.of_cluster(ws.tok.pad_id)  # each process evaluates its share of the questions
     with jax.set_mesh(ws.mesh):
-        it = eval_iterator(cfg.data, ws.tok, ws.method.prompt, cfg.eval.batch_size, image_cfg=ws.policy.image_cfg)
-        summary, rows = evaluate(ws.model, ws.tok, it, ws.method, ws.reward_cfg, cfg.eval.max_new_tokens,
-                                 cfg.eval.max_samples,
+        it = hosts.eval_iterator(cfg.data, ws.tok, ws.method.prompt, cfg.eval.batch_size, cfg.eval.max_samples,
+                                 ws.policy.image_cfg)
+        summary, rows = evaluate(DecodeCopy(ws.model, cfg.decode, ws.mesh), ws.tok, it, ws.method, ws.reward_cfg,
+                                 cfg.eval.max_new_tokens, cfg.eval.max_samples, hosts=hosts,
                                  tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
-                                 blank_fill=cfg.rl.blank_fill, image_cfg=ws.policy.image_cfg)
+                                 blank_fill=cfg.rl.blank_fill, image_cfg=ws.policy.image_cfg,
+                                 diagnostics=cfg.eval.diagnostics, seed=cfg.seed)
     if not ws.primary:  # multi-host: the first process writes the report
         return 0
     write_json(out, {"checkpoint": stage, "data": cfg.data.eval, "summary": summary, "rows": rows}, indent=1)
@@ -191,14 +197,15 @@ def run_benchmarks(args) -> int:
         check_output(out, [args.config, args.data, *(pred for _, _, pred in plan)], markdown=True)
         meta = {"predictions": str(args.predictions)}
         skipped: dict[str, list[str]] = {}
+        final_answer = None  # responses made elsewhere are read as given
     else:
-        responses, skipped, meta, out = _generate(args, protocol, plan, records, title)
+        responses, skipped, meta, out, final_answer = _generate(args, protocol, plan, records, title)
         if out is None:  # multi-host: the first process reports
             return 0
     tables, report = {}, {"protocol": protocol.name if protocol else None, **meta, "benchmarks": {}}
     for name, _, _ in plan:
         variant = (protocol.variants.get(name) if protocol else args.variant)
-        scored = score_responses(name, records[name], responses[name], variant)
+        scored = score_responses(name, records[name], responses[name], variant, final_answer)
         tables[name] = scored.table
         report["benchmarks"][name] = {"table": scored.table.as_dict(), "missing": scored.missing,
                                       "no_sample_form": skipped.get(name, []), "rows": scored.rows}
@@ -229,7 +236,8 @@ def _summary_markdown(protocol, combined) -> str:
 
 
 def _generate(args, protocol, plan, records, title):
-    """The policy's responses for every benchmark of the plan, through the per-checkpoint cache."""
+    """The policy's responses for every benchmark of the plan, through the per-checkpoint cache, and the method's
+    final_answer that scoring reads them through."""
     from pathlib import Path
 
     import jax
@@ -237,8 +245,11 @@ def _generate(args, protocol, plan, records, title):
     from spatial_jax import distributed
     from spatial_jax.cli.job_config import load_job
     from spatial_jax.config import ConfigError
+    from spatial_jax.eval.benchmarks.protocols import decoding_protocol
     from spatial_jax.eval.benchmarks.runner import ResponseCache, cache_dir, generate
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
+    from spatial_jax.rollout.decode_copy import DecodeCopy
+    from spatial_jax.rollout.hosts import HostShare
 
     cfg = load_job(args.config, args.overrides)
     if not args.initial and not has_checkpoint(cfg.run_dir):
@@ -246,7 +257,7 @@ def _generate(args, protocol, plan, records, title):
                           "evaluate the untrained policy on purpose")
     out = Path(args.output or Path(cfg.run_dir) / f"eval_{title}.json")
     check_output(out, [args.config, args.data], markdown=True)
-    decoding = _decoding(args, protocol, cfg)
+    decoding = _decoding(args, decoding_protocol(protocol, cfg.method, tuple(name for name, _, _ in plan)), cfg)
     distributed.initialize()
     ws = Workspace(cfg)
     stage = None if args.initial else ws.load_latest()
@@ -258,20 +269,31 @@ def _generate(args, protocol, plan, records, title):
 
         bar = tqdm(total=total, desc=f"eval {title}", unit="q")
     responses, skipped = {}, {}
+    hosts = HostShare.of_cluster(ws.tok.pad_id)  # each process answers its share of the questions
     with jax.set_mesh(ws.mesh):
+        model = DecodeCopy(ws.model, cfg.decode, ws.mesh)
         for name, _, _ in plan:
             cache = ResponseCache(folder / f"{name}.jsonl", writes=ws.primary)
+            own = [records[name][i] for i in hosts.share(len(records[name]))]
+            if hosts.count > 1:
+                print(f"process {hosts.index} of {hosts.count} answers {len(own)} of the {len(records[name])} "
+                      f"{name} questions", flush=True)
             if bar is not None:
-                bar.update(sum(1 for r in records[name] if r.id in cache.responses))
-            responses[name], skipped[name] = generate(
-                records[name], cache, model=ws.model, tokenizer=ws.tok, method=ws.method, reward_cfg=ws.reward_cfg,
+                bar.update(sum(1 for r in own if r.id in cache.responses))
+            got, skip = generate(
+                own, cache, model=model, tokenizer=ws.tok, method=ws.method, reward_cfg=ws.reward_cfg,
                 data_cfg=cfg.data, image_cfg=ws.policy.image_cfg, batch_size=cfg.eval.batch_size, decoding=decoding,
                 blank_fill=cfg.rl.blank_fill, progress=bar.update if bar is not None else None)
+            shares = hosts.everyone((dict(got), skip))
+            every = {rid: text for share, _ in shares for rid, text in share.items()}
+            cache.add([(rid, text) for rid, text in every.items() if rid not in cache.responses])
+            responses[name] = {r.id: every[r.id] for r in records[name] if r.id in every}
+            skipped[name] = [rid for _, skip in shares for rid in skip]
     if bar is not None:
         bar.close()
     if not ws.primary:
-        return responses, skipped, {}, None
+        return responses, skipped, {}, None, None
     meta = {"checkpoint": stage, "run_dir": str(cfg.run_dir), "cache": str(folder),
             "decoding": {"temperature": decoding.temperature, "max_new_tokens": decoding.max_new_tokens,
                          "max_tool_turns": decoding.max_tool_turns, "video_frames": decoding.video_frames}}
-    return responses, skipped, meta, out
+    return responses, skipped, meta, out, ws.method.final_answer

@@ -21,6 +21,17 @@ SPATIALCORE_SYSTEM = (
     "answer after it: the capital letter of the correct option, or the number when the question asks for one."
 )
 
+# ProSR App. A.6 (its annotation prompt, SPEC 8): grounded reasoning in a few short steps, then one option letter;
+# no boxes are asked for, so none enter its entropy trajectories
+PROSR_SYSTEM = (
+    "You are an expert in spatial reasoning and visual understanding. Your reasoning is already open. State the "
+    "task briefly first, then reason in 3 to 6 short steps, each grounded in visible objects, viewpoints or "
+    "relative spatial relations (left, right, above, below, in front of, behind, beside, clockwise). Use only the "
+    "evidence the question needs; do not repeat descriptions, change your mind without new evidence, or invent "
+    "objects. Close the reasoning with </think> and write exactly one capital letter after it, the correct "
+    "option (a question without options: the number it asks for), and nothing after it."
+)
+
 SPATIALTHINKER_SYSTEM = (
     "You are a visual spatial reasoning assistant. Reply in four tagged parts, in this order: "
     "<observe> what the image shows </observe>, then <scene> a JSON scene graph of the objects the question "
@@ -62,19 +73,23 @@ class PromptFormat:
 
 
 THINK_BOXES = PromptFormat(SPATIALCORE_SYSTEM, thinking=True, reference_key="spatialcore")
+THINK_LETTER = PromptFormat(PROSR_SYSTEM, thinking=True, reference_key="prosr")
 SCENE_GRAPH = PromptFormat(SPATIALTHINKER_SYSTEM, thinking=False, reference_key="spatialthinker",
                            states_image_size=True, option_style="({letter}) {text}")
 HARNESS = PromptFormat(ALLOSPATIAL_SYSTEM, thinking=False, reference_key="allospatial")
 
 
 def user_text(sample: Sample, fmt: PromptFormat) -> str:
-    """The question, its lettered options, and (SpatialThinker) the stated image size its pixel boxes refer to."""
+    """The question, its lettered options (or a benchmark's own layout of both), and (SpatialThinker) the stated
+    image size its pixel boxes refer to."""
     lines = []
     if fmt.states_image_size:
         if sample.image_size is None:
             raise ValueError(f"sample {sample.id}: this prompt states the image size, which is unknown")
         w, h = sample.image_size
         lines.append(f"Image size: ({w} x {h})")
+    if sample.prompt_text:
+        return "\n".join([*lines, sample.prompt_text])
     lines.append(sample.question)
     if sample.options:
         lines.append("Options:")

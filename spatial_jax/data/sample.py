@@ -98,6 +98,8 @@ class Sample:
     meta: free-form extras (the synthetic world stores its objects and the corruption applied to each box).
     origin: where the row came from (`file:line` for a JSONL row), so errors met later (in the pipeline's workers)
     still name it.
+    prompt_text: the question as a benchmark's protocol lays it out (its option labels and answer instruction,
+    data/benchmarks/layout.py); when set, the user turn shows it in place of the question and lettered options.
     """
 
     id: str
@@ -115,6 +117,7 @@ class Sample:
     origin: str = ""
     images: tuple[ImageRef, ...] = dataclasses.field(default=(), kw_only=True)
     video: Video | None = dataclasses.field(default=None, kw_only=True)
+    prompt_text: str = dataclasses.field(default="", kw_only=True)
 
     def __post_init__(self):
         given = [name for name, v in (("image", self.image is not None), ("images", bool(self.images)),

@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from spatial_jax.config import check_non_negative, check_range, require
-from spatial_jax.data.prompts import HARNESS, SCENE_GRAPH, THINK_BOXES
+from spatial_jax.data.prompts import HARNESS, SCENE_GRAPH, THINK_BOXES, THINK_LETTER
 from spatial_jax.data.sample import LETTERS, Sample, format_number
 from spatial_jax.records import GTBox
 
@@ -569,6 +569,7 @@ def reference_completions(
         json.dumps({"bbox_2d": list(norm(objects[i].bbox)), "label": objects[i].label}) + "\n" for i in boxed
     )
     core = f"{box_lines}{BOX_LEAD}\n{_reasoning(objects, q, norm)}\n</think>\n{final}"
+    letter_only = f"{_reasoning(objects, q, norm)}\n</think>\n{final}"  # ProSR: no boxes
     if isinstance(q.answer, str):
         answer_text = f"({q.answer}) {q.options[LETTERS.index(q.answer)]}"
     else:
@@ -583,7 +584,8 @@ def reference_completions(
         f"Step1: Visual Clues\n{_observation(objects)} {_reasoning(objects, q, pix)}\n"
         f"Step5: Final Answer\n<Answer>{final}</Answer>"
     )
-    return {THINK_BOXES.reference_key: core, SCENE_GRAPH.reference_key: thinker, HARNESS.reference_key: allo}
+    return {THINK_BOXES.reference_key: core, THINK_LETTER.reference_key: letter_only,
+            SCENE_GRAPH.reference_key: thinker, HARNESS.reference_key: allo}
 
 
 # ---------------------------------------------------------------- the biased annotator (mirror_colors)

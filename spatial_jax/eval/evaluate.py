@@ -3,11 +3,13 @@
 Accuracy is reported overall and per category (sample-weighted: each question counts once), with the grounding
 figures the method has (mean matched IoU and mean box uncertainty H for SpatialCORE). A method with box uncertainty
 also gets the §4.3 analyses over its predicted boxes (matched IoU by H quartile, Spearman rho(H, IoU)); one with
-blank-image pairs gets ProSR's process diagnostics (A_blank, SAR, NTS, LRR).
+blank-image pairs gets ProSR's process diagnostics (A_blank, SAR, NTS, LRR), from pairs sampled at temperature 1 as
+ProSR eq. 2 draws them (a second pass over the questions), or from the greedy rollouts (`diagnostics="greedy"`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,6 +28,9 @@ from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.hosts import HostShare
 
 # reported with standard errors when the method produces them
+# where ProSR's diagnostics read their (image, blank) pairs from: rollouts sampled at temperature 1 (eq. 2), or the
+# greedy evaluation rollouts
+DIAGNOSTIC_ROLLOUTS = ("sampled", "greedy")
 _GROUNDING = ("mean_matched_iou", "mean_H", "r_spatial", "precision", "recall", "spatial", "count", "tool")
 
 
@@ -65,11 +70,12 @@ def box_analyses(boxes: list[list[dict]]) -> dict[str, Any]:
     }
 
 
-def process_diagnostics(rollouts: list, reward_cfg) -> tuple[dict[str, Any], dict[str, str]]:
-    """ProSR's A_blank, SAR, NTS and LRR over image/blank pairs, and each rollout's failure group."""
+def process_diagnostics(rollouts: list, reward_cfg, drawn: str = "greedy") -> tuple[dict[str, Any], dict[str, str]]:
+    """ProSR's A_blank, SAR, NTS and LRR over image/blank pairs (`drawn`: how they were decoded, reported), and each
+    rollout's failure group."""
     cfg = reward_cfg if isinstance(reward_cfg, ProSRConfig) else ProSRConfig()
     d = diagnose(rollouts, cfg)
-    return {k: v for k, v in d.items() if k != "group_of"}, d["group_of"]
+    return {"rollouts": drawn, **{k: v for k, v in d.items() if k != "group_of"}}, d["group_of"]
 
 
 def evaluate(
@@ -85,20 +91,31 @@ def evaluate(
     blank_fill: str = "mean",
     image_cfg: ImageProcessingConfig = ImageProcessingConfig(),
     hosts: HostShare = HostShare(),
+    diagnostics: str = "sampled",
+    seed: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Greedy decoding over `batches` (pipeline Batches in RL mode); returns (summary, per-sample rows).
     Rollouts come from the same `collect` as training: tool turns for a method that uses tools, and a blank-image
     rollout per prompt for one that needs it (fill `blank_fill`), so the reward keeps every term it has in training.
     `model`: a decoding copy (rollout/decode_copy.py) or a model. With `hosts` of several processes, `batches` are
     this process's share of the samples (in order: process p's follow process p - 1's) and the figures are those
-    of every share, the same on every process."""
+    of every share, the same on every process. A method with blank rollouts gets ProSR's diagnostics from pairs
+    `diagnostics` says how to draw (DIAGNOSTIC_ROLLOUTS); sampled ones draw batch k's with seeds from `seed` and k."""
+    if diagnostics not in DIAGNOSTIC_ROLLOUTS:
+        raise ValueError(f"diagnostics must be one of {DIAGNOSTIC_ROLLOUTS}, got {diagnostics!r}")
     cfg = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=(tokenizer.im_end_id,),
                          pad_token_id=tokenizer.pad_id)
-    scores, rows, categories, rollouts, boxes = [], [], [], [], []
-    for batch in batches:
+    drawn_cfg = dataclasses.replace(cfg, temperature=1.0)
+    sampled = method.needs_blank and diagnostics == "sampled"
+    scores, rows, categories, rollouts, boxes, pairs = [], [], [], [], [], []
+    for k, batch in enumerate(batches):
         got = collect(model, batch, tokenizer, method, reward_cfg, cfg, 1, 0, tools=tools, blank_fill=blank_fill,
                       image_cfg=image_cfg)
         per_box = method.box_details(got.rollouts, reward_cfg) if method.box_details else [None] * len(got.rollouts)
+        if sampled:  # eq. 2: r ~ pi(. | x, I) and its blank-image pair, apart from the greedy answers
+            pairs.extend(collect(model, batch, tokenizer, method, reward_cfg, drawn_cfg, 1, seed + 2 * k,
+                                 blank_seed=seed + 2 * k + 1, tools=tools, blank_fill=blank_fill,
+                                 image_cfg=image_cfg).rollouts)
         for record, rollout, s, b in zip(batch.records, got.rollouts, got.scores, per_box):
             scores.append(s)
             categories.append(record.category or "all")
@@ -111,16 +128,18 @@ def evaluate(
         if max_samples and len(scores) >= max_samples:
             break
     if hosts.count > 1:  # every process's share, in sample order
-        shares = hosts.everyone((scores, rows, categories, rollouts, boxes))
-        scores, rows, categories, rollouts, boxes = ([x for share in shares for x in share[k]] for k in range(5))
+        shares = hosts.everyone((scores, rows, categories, rollouts, boxes, pairs))
+        scores, rows, categories, rollouts, boxes, pairs = ([x for share in shares for x in share[k]]
+                                                            for k in range(6))
     if max_samples:
         scores, rows, categories = scores[:max_samples], rows[:max_samples], categories[:max_samples]
-        rollouts, boxes = rollouts[:max_samples], boxes[:max_samples]
+        rollouts, boxes, pairs = rollouts[:max_samples], boxes[:max_samples], pairs[:max_samples]
     summary = summarise(method, scores, categories)
     if method.box_details:
         summary["boxes"] = box_analyses(boxes)
     if method.needs_blank:
-        summary["process"], groups = process_diagnostics(rollouts, reward_cfg)
+        summary["process"], groups = process_diagnostics(pairs if sampled else rollouts, reward_cfg,
+                                                         "sampled (temperature 1)" if sampled else "greedy")
         for row, rollout in zip(rows, rollouts):
             row["process_group"] = groups.get(rollout.id)
     return summary, rows

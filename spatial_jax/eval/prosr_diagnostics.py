@@ -1,7 +1,10 @@
 """ProSR's four process diagnostics on paired (image, blank-image) rollouts, and the failure-group split (SPEC 3).
 
-A_blank (eq. 3), SAR (eq. 4), NTS (eq. 5), LRR@tau with Delta_tail (eqs. 6-7). Pure functions of parsed answers
-and entropy trajectories; `diagnose` builds those from Rollout records.
+A_blank (eq. 3), SAR (eq. 4), NTS (eq. 5), LRR@tau with Delta_tail (eqs. 6-7), each a mean over all N pairs. The
+pairs are rollouts sampled from the policy, one with the image and one with its blank (eq. 2; evaluation draws them
+at temperature 1, or takes its greedy rollouts when asked: eval.diagnostics). Pure functions of parsed answers and
+entropy trajectories; `diagnose` builds those from Rollout records. spatial_jax/reference/prosr_diagnostics_torch.py
+is the parity reference.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def pair_similarity(e: np.ndarray, e_blank: np.ndarray, t: int = 64, eps: float 
 
 
 def normalised_trajectory_similarity(sims: Sequence[float | None]) -> float | None:
-    """Eq. 5: mean of the defined per-sample similarities."""
-    return _mean([s for s in sims if s is not None])
+    """Eq. 5: the mean over all N pairs; a pair without two reasoning trajectories (a span never closed, or empty)
+    shares no trajectory shape and enters as 0 (`diagnose` reports how many did)."""
+    return _mean([0.0 if s is None else s for s in sims])
 
 
 def delta_tail(e: np.ndarray, margin: float = 0.1, mid_start: float = 0.3, late_start: float = 0.7) -> float:
@@ -102,6 +106,7 @@ def diagnose(rollouts: Sequence[Rollout], cfg: ProSRConfig = ProSRConfig(), lrr_
         "A_blank": blank_accuracy(blank_answers, gold),
         "SAR": same_answer_rate(answers, blank_answers),
         "NTS": normalised_trajectory_similarity(sims),
+        "NTS_undefined": sum(s is None for s in sims),
         f"LRR@{lrr_tau:g}": late_rise_rate(deltas, lrr_tau),
         "groups": {g: groups.count(g) for g in GROUPS},
         "group_of": {ro.id: g for ro, g in zip(paired, groups)},

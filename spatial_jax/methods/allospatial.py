@@ -5,7 +5,7 @@ from spatial_jax.data.prompts import HARNESS
 from spatial_jax.data.tool_turns import register_target
 from spatial_jax.methods.base import Method, register
 from spatial_jax.methods.harness_targets import tool_target
-from spatial_jax.rewards import allospatial
+from spatial_jax.rewards import allospatial, parse_harness
 
 register(Method(
     name="allospatial",
@@ -15,6 +15,7 @@ register(Method(
     prompt=HARNESS,
     accuracy_key="accuracy_ungated",
     well_formed=lambda c: c["structure"] >= 0.85,
+    final_answer=parse_harness.final_answer,
     uses_tools=True,
 ))
 register_target(HARNESS.reference_key, tool_target)

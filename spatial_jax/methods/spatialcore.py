@@ -2,7 +2,7 @@
 
 from spatial_jax.data.prompts import THINK_BOXES
 from spatial_jax.methods.base import Method, register
-from spatial_jax.rewards import spatialcore
+from spatial_jax.rewards import parse_think, spatialcore
 
 register(Method(
     name="spatialcore",
@@ -12,5 +12,6 @@ register(Method(
     prompt=THINK_BOXES,
     accuracy_key="r_ans",
     well_formed=lambda c: c["well_formed"] > 0 and c["think_close_count"] == 1,
+    final_answer=parse_think.final_answer,
     box_details=spatialcore.box_details,
 ))

@@ -2,7 +2,7 @@
 
 from spatial_jax.data.prompts import SCENE_GRAPH
 from spatial_jax.methods.base import Method, register
-from spatial_jax.rewards import spatialthinker
+from spatial_jax.rewards import parse_scene, spatialthinker
 
 register(Method(
     name="spatialthinker",
@@ -12,4 +12,5 @@ register(Method(
     prompt=SCENE_GRAPH,
     accuracy_key="accuracy",
     well_formed=lambda c: c["format"] > 0,
+    final_answer=parse_scene.final_answer,
 ))

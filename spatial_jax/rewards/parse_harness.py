@@ -172,6 +172,16 @@ def parse(completion: Any) -> ParsedHarness:
     return ParsedHarness(steps=steps, tool_calls=_calls(text), answer=answer)
 
 
+def final_answer(completion: str) -> str | None:
+    """AlloSpatial's final answer (SPEC 1.3): the `<Answer>` of the last turn (after the last tool response),
+    stripped; None when that turn has none or it is empty."""
+    text = completion if isinstance(completion, str) else ""
+    spans = response_spans(text)
+    last_turn = text[spans[-1][1]:] if spans else text
+    answers, _ = _blocks(last_turn, _ANSWER_TAGS)
+    return (last_turn[answers[-1][2]:answers[-1][3]].strip() or None) if answers else None
+
+
 def find_tool_call(text: Any) -> ToolCall | None:
     """The last complete `<tool_call>...</tool_call>` of a turn (check `.malformed`/`.missing`), or None."""
     if not isinstance(text, str):

@@ -201,6 +201,18 @@ def parse(completion: Any) -> ParsedScene:
     )
 
 
+_OPTION_LABEL = re.compile(r"\(([A-Za-z]|\d+)\)")
+
+
+def final_answer(completion: str) -> str | None:
+    """SpatialThinker's final answer (SPEC 1.2): its `<answer>` tag, stripped, where an option written `(B) behind`
+    is its label `B` (the label alone is what a benchmark asked for); None without the tag or with it empty."""
+    text = _tag_content(completion if isinstance(completion, str) else "", "answer")
+    text = text.strip() if text is not None else ""
+    label = _OPTION_LABEL.match(text)
+    return (label.group(1) if label else text) or None
+
+
 def parse_image_size(prompt: Any) -> tuple[float, float] | None:
     """(W, H) from the prompt's "Image size: (W x H)"; None when absent or not positive."""
     if not isinstance(prompt, str):

@@ -116,6 +116,15 @@ def answer_letter(completion: str) -> str | None:
     return found[-1] if found else None
 
 
+def final_answer(completion: str) -> str | None:
+    """SpatialCORE's and ProSR's final answer (SPEC 1.1): the text after the last `</think>`, stripped; None when
+    `</think>` is missing or nothing follows it."""
+    text = completion if isinstance(completion, str) else ""
+    idx = text.rfind(THINK_CLOSE)
+    tail = text[idx + len(THINK_CLOSE):].strip() if idx >= 0 else ""
+    return tail or None
+
+
 def parse_think(completion: str, coord_max: int = 1000) -> ParsedThink:
     """Parses one completion. Boxes are read from the reasoning span (the whole text when `</think>` is missing)."""
     if not isinstance(completion, str):

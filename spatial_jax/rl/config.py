@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from spatial_jax.config import ConfigError, check_at_least, check_range, from_dict, require, to_dict
 from spatial_jax.data.pipeline import DataConfig
+from spatial_jax.eval.evaluate import DIAGNOSTIC_ROLLOUTS
 from spatial_jax.methods import METHODS, Method, get_method
 from spatial_jax.models.config import LoRAConfig
 from spatial_jax.rl.losses import LossConfig
@@ -170,16 +171,21 @@ class PlanConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-    """Greedy decoding on the held-out split after each stage (max_samples 0 = the whole split)."""
+    """Greedy decoding on the held-out split after each stage (max_samples 0 = the whole split). diagnostics: where
+    ProSR's process diagnostics read their (image, blank) pairs, for a method with blank rollouts: "sampled" at
+    temperature 1 as its eq. 2 draws them (a second pass), or the "greedy" evaluation rollouts."""
 
     batch_size: int = 16
     max_new_tokens: int = 288
     max_samples: int = 0
     after_sft: bool = True
     after_rl: bool = True
+    diagnostics: str = "sampled"
 
     def __post_init__(self):
         check_at_least(self, batch_size=1, max_new_tokens=1, max_samples=0)
+        require("diagnostics", self.diagnostics, self.diagnostics in DIAGNOSTIC_ROLLOUTS,
+                f"be one of {DIAGNOSTIC_ROLLOUTS}")
 
 
 _REWARDS_TYPES: dict[tuple, type] = {}

@@ -148,8 +148,11 @@ def print_summary(results: dict[str, Any]) -> None:
                          f"high: {quart}; Spearman rho(H, IoU) {rho}")
         if s.get("process"):
             p = s["process"]
-            lines.append("  process: " + "; ".join(
-                f"{k} {'n/a' if p[k] is None else f'{p[k]:.3f}'}" for k in p if k not in ("n", "groups", "accuracy")))
+            shown = [k for k in p if k not in ("n", "groups", "accuracy", "rollouts", "NTS_undefined")]
+            lines.append(f"  process ({p.get('rollouts', 'greedy')} pairs): " + "; ".join(
+                f"{k} {'n/a' if p[k] is None else f'{p[k]:.3f}'}" for k in shown)
+                + (f"; NTS counts {p['NTS_undefined']} pairs without trajectories as 0" if p.get("NTS_undefined")
+                   else ""))
     if results.get("accuracy_gain_paired"):
         g = results["accuracy_gain_paired"]
         lines.append(f"accuracy after RL - after SFT (paired): {_fmt(g)} (n={g['n']})")

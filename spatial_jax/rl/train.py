@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.config import ConfigError, to_dict
-from spatial_jax.data.pipeline import Batch, make_iterator, open_source
+from spatial_jax.data.pipeline import Batch, open_source
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
@@ -320,24 +320,18 @@ class Trainer(Workspace):
         summary, rows = evaluate(self.decoder(), self.tok, self.eval_share(), self.method, self.reward_cfg,
                                  cfg.eval.max_new_tokens, cfg.eval.max_samples, progress=lambda n: bar.update({}, n),
                                  tools=ToolSettings(cfg.rl.max_tool_turns, cfg.rl.max_tool_tokens),
-                                 blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg, hosts=self.hosts)
+                                 blank_fill=cfg.rl.blank_fill, image_cfg=self.policy.image_cfg, hosts=self.hosts,
+                                 diagnostics=cfg.eval.diagnostics, seed=cfg.seed)
         bar.close()
         if self.primary:
             report.write_json(path, {"key": key, "summary": summary, "rows": rows}, indent=1)
         return summary
 
     def eval_share(self) -> Iterable[Batch]:
-        """This process's share of the held-out samples (the first eval.max_samples of them, or all), a contiguous
-        run in file order, in batches of its share of eval.batch_size."""
-        cfg, hosts = self.cfg, self.hosts
-        source = open_source(cfg.data.eval, cfg.data.synthetic)
-        total = min(len(source), cfg.eval.max_samples) if cfg.eval.max_samples else len(source)
-        own = np.array_split(np.arange(total), hosts.count)[hosts.index]
-        if len(own) == 0:
-            return []
-        size = max(1, cfg.eval.batch_size // hosts.count)
-        return make_iterator([source[int(i)] for i in own], self.tok, cfg.data, self.method.prompt, size,
-                             shuffle=False, num_epochs=1, drop_remainder=False, image_cfg=self.policy.image_cfg)
+        """This process's share of the held-out samples (rollout/hosts.py)."""
+        cfg = self.cfg
+        return self.hosts.eval_iterator(cfg.data, self.tok, self.method.prompt, cfg.eval.batch_size,
+                                        cfg.eval.max_samples, self.policy.image_cfg)
 
 
 RUN_LOCK = "run.lock"

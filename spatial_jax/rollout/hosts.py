@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import jax
 import numpy as np
 
-from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, train_iterator
+from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, make_iterator, open_source, train_iterator
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.distributed import allgather_bytes, allgather_json, allgather_rows
@@ -67,6 +68,22 @@ class HostShare:
         """This process's block of each of `train_iterator`'s batches of `batch_size`, read by this process alone."""
         return train_iterator(data, tokenizer, fmt, batch_size, mode=mode, image_cfg=image_cfg, process=self.index,
                               processes=self.count)
+
+    def share(self, total: int) -> list[int]:
+        """This process's contiguous run of indices 0..total-1 (process p's follow process p - 1's; the first
+        total % count processes take one more): evaluation's questions, shared out."""
+        return [int(i) for i in np.array_split(np.arange(total), self.count)[self.index]]
+
+    def eval_iterator(self, data: DataConfig, tokenizer: SpatialTokenizer, fmt: PromptFormat, batch_size: int,
+                      max_samples: int, image_cfg: Any) -> Iterable[Batch]:
+        """This process's share of the held-out samples (data.eval; the first max_samples of them, or all), in file
+        order, in batches of its share of batch_size."""
+        source = open_source(data.eval, data.synthetic)
+        own = self.share(min(len(source), max_samples) if max_samples else len(source))
+        if not own:
+            return []
+        return make_iterator([source[i] for i in own], tokenizer, data, fmt, max(1, batch_size // self.count),
+                             shuffle=False, num_epochs=1, drop_remainder=False, image_cfg=image_cfg)
 
     def gather(self, batch: Batch) -> Batch:
         """The whole batch's arrays from every process's block, as one process would have read it (token rows

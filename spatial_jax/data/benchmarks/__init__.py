@@ -1,5 +1,6 @@
 """Loaders for the papers' benchmarks, one module each, registered by name: `load(name, root)` reads a local copy
-as its authors distribute it and returns its BenchRecords in file order."""
+as its authors distribute it and returns its BenchRecords in file order; LAYOUTS[name] is how the benchmark's
+protocol shows a question to the model."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from spatial_jax.data.benchmarks import (
     vsibench,
 )
 from spatial_jax.data.benchmarks.convert import to_sample
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord, Loader
 
 LOADERS: dict[str, Loader] = {
@@ -34,6 +36,21 @@ LOADERS: dict[str, Loader] = {
 }
 
 
+LAYOUTS: dict[str, Layout] = {
+    "omnispatial": omnispatial.LAYOUT,
+    "spatialab": spatialab.LAYOUT,
+    "3dsrbench": srbench3d.LAYOUT,
+    "mindcube": mindcube.LAYOUT,
+    "mindcube-tiny": mindcube.LAYOUT,
+    "viewspatial": viewspatial.LAYOUT,
+    "embspatial": embspatial.LAYOUT,
+    "sparbench": sparbench.LAYOUT,
+    "vsibench": vsibench.LAYOUT,
+    "vsibench-tiny": vsibench.LAYOUT,
+    "cvbench": cvbench.LAYOUT,
+}
+
+
 def load(name: str, root: str | Path) -> list[BenchRecord]:
     if name not in LOADERS:
         raise BenchmarkError(f"unknown benchmark {name!r}; known: {sorted(LOADERS)}")
@@ -46,4 +63,4 @@ def load(name: str, root: str | Path) -> list[BenchRecord]:
     return records
 
 
-__all__ = ["LOADERS", "BenchRecord", "BenchmarkError", "load", "to_sample"]
+__all__ = ["LAYOUTS", "LOADERS", "BenchRecord", "BenchmarkError", "Layout", "load", "to_sample"]

@@ -7,6 +7,7 @@ import io
 
 import numpy as np
 
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord, Media
 from spatial_jax.data.sample import LETTERS, Sample, Video
 
@@ -43,10 +44,10 @@ def sampled_video(path: str, num_frames: int, record: BenchRecord) -> Video:
     return Video(frames=tuple(frames[i] for i in picks), fps=fps, frame_indices=tuple(int(i) for i in picks))
 
 
-def to_sample(record: BenchRecord, video_frames: int = 0) -> Sample:
+def to_sample(record: BenchRecord, video_frames: int = 0, layout: Layout | None = None) -> Sample:
     """Choice and numeric questions convert; SPAR's view-change commands ("text" answers) have no Sample form.
     video_frames > 0 samples that many frames uniformly (a protocol's setting); 0 leaves the whole clip to the
-    video processor."""
+    video processor. layout: the benchmark's own layout of the question (its prompt_text); None: the method's."""
     if record.answer_type == "text":
         raise BenchmarkError(f"{record.origin}: a {record.category} answer (free text scored by its own metric) has "
                              "no Sample form; score such responses with --predictions")
@@ -67,7 +68,8 @@ def to_sample(record: BenchRecord, video_frames: int = 0) -> Sample:
     return Sample(
         id=record.id, image=image, question=record.question, options=options if record.answer_type == "choice"
         else (), answer=answer, answer_type="choice" if record.answer_type == "choice" else "number",
-        category=record.category, meta={"benchmark": record.benchmark}, origin=record.origin, **kwargs)
+        category=record.category, meta={"benchmark": record.benchmark}, origin=record.origin,
+        prompt_text=layout.text(record) if layout is not None else "", **kwargs)
 
 
 def with_answer(record: BenchRecord, answer) -> BenchRecord:

@@ -3,12 +3,16 @@ embedded) with `test_2d.jsonl` and `test_3d.jsonl` for an `img/` folder (the rep
 copies made before the card's "separate out '2d' and '3d' splits" commit hold one `test.parquet` or `test.jsonl`.
 Either layout reads: the single file when present, else both split files (parquet before JSONL). Records {idx, type
 (2D/3D), task (Count, Relation, Depth, Distance), question, choices (list), answer ("(A)"), source (ADE20K, COCO,
-Omni3D), image or filename}."""
+Omni3D), image or filename}; a source or task that is none of the card's is an error.
+
+Layout: the card's prompt: the question, an invitation to choose, and `(A) option` lines (restated here), then an
+instruction to answer with the option's letter."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import (
     BenchmarkError,
     BenchRecord,
@@ -21,6 +25,10 @@ from spatial_jax.data.benchmarks.record import (
 )
 
 NAME = "cvbench"
+SOURCES = ("ADE20K", "COCO", "Omni3D")
+TASKS = ("Count", "Relation", "Depth", "Distance")
+LAYOUT = Layout(option="({label}) {text}", header="Choose from these options:",
+                choice="Answer with the letter of the correct option only.")
 # One file, or the 2D and 3D halves; the first layout found wins.
 LAYOUTS = (("test.parquet",), ("test_2d.parquet", "test_3d.parquet"), ("test.jsonl",),
            ("test_2d.jsonl", "test_3d.jsonl"))
@@ -56,8 +64,9 @@ def _read(path: Path) -> list[BenchRecord]:
         out.append(BenchRecord(
             benchmark=NAME, id=where.ident(row, "idx"), question=where.text(row, "question"),
             options=tuple(choices), answer=letter, answer_type="choice",
-            category=where.text(row, "source"), images=(image,),
-            extra={"task": where.text(row, "task"), "type": where.text(row, "type")}, origin=str(where)))
+            category=where.category(row, "source", SOURCES, NAME), images=(image,),
+            extra={"task": where.category(row, "task", TASKS, NAME), "type": where.text(row, "type")},
+            origin=str(where)))
     return out
 
 

@@ -1,15 +1,20 @@
 """EmbSpatial-Bench (Phineas476/EmbSpatial-Bench): `embspatial_bench.json`, a JSON list of {question_id, question,
 answer_options (list), answer (option index), image (base64), relation, data_source}; the table reports the six
-relations."""
+relations.
+
+Layout: the question, then `A. option` lines, then an instruction to answer with the option's letter (this project's
+words: the authors publish no prompt, only the README)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_json_list
 from spatial_jax.data.sample import LETTERS
 
 NAME = "embspatial"
+LAYOUT = Layout(choice="Answer with the letter of the correct option only.")
 
 
 def load(root: Path) -> list[BenchRecord]:

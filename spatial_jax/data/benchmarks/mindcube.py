@@ -2,16 +2,21 @@
 1,050 questions) with the images under `other_all_image/` next to `raw/`. Records {id, question (options inline as
 `A. ... B. ...`), gt_answer (letter), images (paths relative to the data folder)}; the setting (around, rotation,
 translation, among, other) comes from the id as the authors' src/evaluation/core/extractors.py get_setting_from_id
-reads it."""
+reads it.
+
+Layout: the question as the file holds it (its options inline, `A. ...`), then an instruction to answer with the
+option's letter (this project's words: the authors' prompt templates were not read for it)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import BenchRecord, Where, find_file, local_file, read_jsonl
 
 SETTINGS = ("around", "rotation", "translation", "among")
+LAYOUT = Layout(inline=True, choice="Answer with the letter of the correct option only.")
 
 
 def setting(record_id: str) -> str:

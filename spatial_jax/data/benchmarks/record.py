@@ -87,6 +87,14 @@ class Where:
             raise self.error(f"field '{key}' must be a non-empty list of strings, got {brief(value)}")
         return value
 
+    def category(self, obj: Any, key: str, names: tuple[str, ...], benchmark: str) -> str:
+        """obj[key], which must be one of the protocol's category names: a renamed category would otherwise drop out
+        of the weighted scores without a word."""
+        value = self.text(obj, key)
+        if value not in names:
+            raise self.error(f"category {value!r} (field '{key}') is none of {benchmark}'s: {list(names)}")
+        return value
+
     def ident(self, obj: Any, key: str) -> str:
         """An id given as a string or an integer, kept as its string."""
         return str(self.field(obj, key, (str, int)))

@@ -1,15 +1,22 @@
 """SPAR-Bench (jasonzhango/SPAR-Bench): parquet shards with {id, task, question, answer, image (list of embedded
 images), format_type, img_type, source}. Task families as the authors' lmms-eval task (sparbench/utils.py) splits
-them: multiple choice (answer a letter), numeric (MRA) and view_change_infer (camera commands, its own metric)."""
+them: multiple choice (answer a letter), numeric (MRA) and view_change_infer (camera commands, its own metric).
+
+Layout: the question as the table holds it (a multiple-choice question lists its lettered options), then an
+instruction like the lmms-eval task's post-prompts (this project's words): the option's letter directly, or a
+single number."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_parquet
 
 NAME = "sparbench"
+LAYOUT = Layout(inline=True, choice="Answer with the letter of the correct option only.",
+                number="Answer with a single number.")
 
 CHOICE_TASKS = (
     "obj_spatial_relation_oo", "obj_spatial_relation_oc_mv", "obj_spatial_relation_oo_mv", "spatial_imagination_oc",

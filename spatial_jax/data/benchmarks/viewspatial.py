@@ -1,12 +1,16 @@
 """ViewSpatial-Bench (ZJU-REAL/ViewSpatial-Bench): `eval/ViewSpatial-Bench.json` (or at the top of the copy), a JSON
 list of {question_type, image_path (list, relative to the copy's top folder), question, answer ("A. right"),
 choices ("A. right\\nB. ...")}, read as the authors' evaluate.py reads it. Records have no id field: the id is the
-record's position in the list, as evaluate.py numbers its rows."""
+record's position in the list, as evaluate.py numbers its rows.
+
+Layout: the question, then the record's lettered choices (`A. right`), then an instruction to answer with the
+option's letter (this project's words)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import (
     BenchRecord,
     Where,
@@ -17,6 +21,7 @@ from spatial_jax.data.benchmarks.record import (
 )
 
 NAME = "viewspatial"
+LAYOUT = Layout(choice="Answer with the letter of the correct option only.")
 
 
 def load(root: Path) -> list[BenchRecord]:

@@ -4,12 +4,16 @@ the videos unzipped as `<dataset>/<scene_name>.mp4`, as the authors' lmms_eval/t
 The tiny split: the AlloSpatial paper (Sec. 4.1, "Datasets") calls it "the official Tiny split of VSI-Bench" with 392
 questions, but names no file, card or selection rule, and no tiny VSI-Bench split is in this project's reference
 index; so the loader reads a table of VSI-Bench's own fields whose file name contains `tiny` (the 392 is not
-enforced, as nothing says how the split is distributed)."""
+enforced, as nothing says how the split is distributed).
+
+Layout: the authors' lmms_eval task: the question, an "Options:" line and the options as given (`A. left`), then
+its post-prompt (restated here): the option's letter directly, or a single word or number for a numeric question."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import (
     BenchmarkError,
     BenchRecord,
@@ -23,6 +27,8 @@ from spatial_jax.data.benchmarks.record import (
 CHOICE_TYPES = ("object_rel_direction_easy", "object_rel_direction_medium", "object_rel_direction_hard",
                 "object_rel_distance", "route_planning", "obj_appearance_order")
 NUMERIC_TYPES = ("object_abs_distance", "object_counting", "object_size_estimation", "room_size_estimation")
+LAYOUT = Layout(header="Options:", choice="Answer directly with the letter of the correct option.",
+                number="Answer with a single word or number.")
 
 
 def _rows(path: Path) -> list[tuple[str, dict]]:

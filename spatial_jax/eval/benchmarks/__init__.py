@@ -2,13 +2,15 @@
 the code it follows), and the papers' protocols over them.
 
 `score_responses(name, records, responses)` scores the records that have a response and returns the per-record
-rows and the benchmark's table.
+rows and the benchmark's table. A policy's completions pass the method's `final_answer`: the official extraction
+then reads that span alone (under the module's ANSWER_VARIANT when it names one), and a completion without a final
+answer is wrong and counted unparsed; responses from elsewhere are read as given.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -58,8 +60,12 @@ def check_variant(name: str, variant: str | None) -> str:
 
 
 def score_responses(name: str, records: list[BenchRecord], responses: Mapping[str, str],
-                    variant: str | None = None) -> Scored:
-    module, variant = scorer(name), check_variant(name, variant)
+                    variant: str | None = None,
+                    final_answer: Callable[[str], str | None] | None = None) -> Scored:
+    module = scorer(name)
+    if variant is None and final_answer is not None:
+        variant = getattr(module, "ANSWER_VARIANT", None)
+    variant = check_variant(name, variant)
     known = {r.id for r in records}
     stray = [k for k in responses if k not in known]
     if stray:
@@ -68,10 +74,16 @@ def score_responses(name: str, records: list[BenchRecord], responses: Mapping[st
     answered = [r for r in records if r.id in responses]
     rows, scores = [], []
     for r in answered:
-        s, pred = module.score(r, responses[r.id], variant)
+        response = responses[r.id]
+        answer = response if final_answer is None else final_answer(response)
+        s, pred = module.score(r, answer, variant) if answer is not None else (0.0, None)
         scores.append(s)
-        rows.append({"id": r.id, "category": r.category, "score": s, "prediction": pred, "response": responses[r.id]})
-    return Scored(module.tabulate(answered, scores, variant), rows, [r.id for r in records if r.id not in responses])
+        row = {"id": r.id, "category": r.category, "score": s, "prediction": pred, "response": response}
+        rows.append(row if final_answer is None else {**row, "final_answer": answer})
+    table = module.tabulate(answered, scores, variant)
+    if final_answer is not None:
+        table = dataclasses.replace(table, unparsed=sum(1 for row in rows if row["final_answer"] is None))
+    return Scored(table, rows, [r.id for r in records if r.id not in responses])
 
 
 __all__ = ["SCORERS", "Scored", "check_variant", "score_responses", "scorer"]

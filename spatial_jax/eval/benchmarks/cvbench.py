@@ -12,6 +12,7 @@ three sources, then the four tasks."""
 
 from __future__ import annotations
 
+from spatial_jax.data.benchmarks.cvbench import SOURCES, TASKS
 from spatial_jax.data.benchmarks.record import BenchRecord
 from spatial_jax.eval.benchmarks.extract import choice_letter
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category, mean_of
@@ -41,8 +42,8 @@ def score(record: BenchRecord, response: str, variant: str) -> tuple[float, str 
 
 
 def tabulate(records: list[BenchRecord], scores: list[float], variant: str) -> Table:
-    sources = by_category([r.category for r in records], scores, ("ADE20K", "COCO", "Omni3D"))
-    tasks = by_category([r.extra["task"] for r in records], scores, ("Count", "Relation", "Depth", "Distance"))
+    sources = by_category([r.category for r in records], scores, SOURCES)
+    tasks = by_category([r.extra["task"] for r in records], scores, TASKS)
     groups = {}
     two_d = [sources[s] for s in ("ADE20K", "COCO") if s in sources]
     if two_d:

@@ -3,7 +3,8 @@
 Variant "re" (their default eval_type): the last match of `Answer\\s*:\\s*([A-D])\\b`, case-insensitive, is the
 prediction, "A" when nothing matches; it must equal the gold letter exactly, so a lower-case "answer: b" is wrong
 and a response without an "Answer:" line counts as "A". Variant "direct": the response's first character,
-upper-cased. Overall: every question counts once (their Total); groups: the four task types; rows: the ten
+upper-cased (the variant a policy's final answer, the letter alone, is scored with: its layout asks for that).
+Overall: every question counts once (their Total); groups: the four task types; rows: the ten
 sub-task types in their blank_stats order. (They average five repeats of the whole set; one response per id
 here.)"""
 
@@ -11,14 +12,13 @@ from __future__ import annotations
 
 import re
 
+from spatial_jax.data.benchmarks.omnispatial import SUB_TASK_TYPES, TASK_TYPES
 from spatial_jax.data.benchmarks.record import BenchRecord
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 
 NAME = "omnispatial"
 VARIANTS = ("re", "direct")
-ORDER = ("Manipulation", "Motion_Analysis", "Traffic_Analysis", "Localization", "Geospatial_Strategy",
-         "Pattern_Recognition", "Geometric_Reasoning", "Egocentric", "Allocentric", "Hypothetical")
-TASK_TYPES = ("Dynamic_Reasoning", "Spatial_Interaction", "Complex_Logic", "Perspective_Taking")
+ANSWER_VARIANT = "direct"  # a policy's final answer is the letter alone, as the direct format asks
 _PATTERN = re.compile(r"Answer\s*:\s*([A-D])\b", re.IGNORECASE)
 
 
@@ -35,5 +35,5 @@ def tabulate(records: list[BenchRecord], scores: list[float], variant: str) -> T
     cats = [r.category for r in records]
     groups = {t: Cell.of([s for r, s in zip(records, scores) if r.extra["task_type"] == t]) for t in TASK_TYPES
               if any(r.extra["task_type"] == t for r in records)}
-    return Table(NAME, variant, by_category(cats, scores, ORDER), Cell.of(scores),
+    return Table(NAME, variant, by_category(cats, scores, SUB_TASK_TYPES), Cell.of(scores),
                  "accuracy over all questions (each counts once)", groups)

@@ -48,6 +48,16 @@ register = PROTOCOLS.register
 get_protocol = PROTOCOLS.lookup
 
 
+def decoding_protocol(protocol: Protocol | None, method: str, benchmarks: tuple[str, ...]) -> Protocol | None:
+    """The protocol whose decoding an evaluation follows: the one asked for, else the paper of the run's method when
+    its table reports every benchmark asked for (an AlloSpatial policy on VSI-Bench-tiny decodes as its paper does),
+    else none (greedy, the run's eval settings)."""
+    if protocol is not None:
+        return protocol
+    own = PROTOCOLS.get(method)
+    return own if own is not None and set(benchmarks) <= set(own.benchmarks) else None
+
+
 def benchmark_score(protocol: Protocol, table: Table) -> Cell:
     """One benchmark's score under the protocol's rule."""
     if protocol.rule == "category_size":
@@ -76,7 +86,8 @@ def summary(protocol: Protocol, tables: Mapping[str, Table]) -> dict[str, Cell]:
 # The papers' tables (seeds 000-003). SpatialCORE: OmniSpatial and SpatiaLab, accuracy weighted by category size.
 # ProSR: five benchmarks and their average. AlloSpatial: the tiny splits, MRA / accuracy, unweighted task-type
 # means, temperature 1.0, up to 8 turns of 8,192 new tokens, 7 uniformly sampled frames (the limited-observation
-# setting of their main table). SpatialThinker: greedy, its benchmarks among these.
+# setting of their main table), answers read from the <Answer> tags (its appendix, "Evaluation configuration").
+# SpatialThinker: greedy, its benchmarks among these.
 register(Protocol("spatialcore", ("omnispatial", "spatialab"), rule="category_size", average=False))
 register(Protocol("prosr", ("3dsrbench", "mindcube-tiny", "viewspatial", "embspatial", "sparbench")))
 register(Protocol("allospatial", ("vsibench-tiny", "mindcube-tiny"), rule="task_mean", temperature=1.0,

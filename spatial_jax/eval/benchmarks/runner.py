@@ -1,8 +1,10 @@
 """The policy's responses to a benchmark's records, cached per checkpoint so an interrupted evaluation resumes.
 
 Responses come from the same rollout layer as training (`collect`: tool turns for a method that uses them), with
-the decoding the protocol states. Each finished batch is appended to the cache (one JSON line per record) before
-the next starts; a rerun with the same checkpoint and decoding reads the cache and generates only what is missing.
+the decoding the protocol states, each question laid out as its benchmark's protocol shows it (options and answer
+instruction, data/benchmarks/layout.py) inside the method's own prompt. Each finished batch is appended to the
+cache (one JSON line per record) before the next starts; a rerun with the same checkpoint and decoding reads the
+cache and generates only what is missing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from spatial_jax.data.benchmarks import BenchRecord, to_sample
+from spatial_jax.data.benchmarks import LAYOUTS, BenchRecord, to_sample
 from spatial_jax.data.jsonl import DuplicateKey, loads_unique, text_lines
 from spatial_jax.data.pipeline import make_iterator
 from spatial_jax.rollout.collect import ToolSettings, collect
@@ -56,8 +58,10 @@ class ResponseCache:
 
 
 def cache_dir(run_dir: Path, checkpoint: str, method: str, decoding: Decoding) -> Path:
-    """One folder per checkpoint (stage and step) and decoding: changing either starts a fresh cache."""
-    key = json.dumps({"method": method, **dataclasses.asdict(decoding)}, sort_keys=True)
+    """One folder per checkpoint (stage and step), decoding and the benchmarks' layouts: changing any of them (the
+    prompt changes with a layout) starts a fresh cache."""
+    layouts = {name: dataclasses.asdict(layout) for name, layout in LAYOUTS.items()}
+    key = json.dumps({"method": method, **dataclasses.asdict(decoding), "layouts": layouts}, sort_keys=True)
     return Path(run_dir) / "eval_cache" / f"{checkpoint}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
@@ -85,7 +89,7 @@ def generate(
         if r.answer_type == "text":
             skipped.append(r.id)
             continue
-        pending.append(to_sample(r, decoding.video_frames))
+        pending.append(to_sample(r, decoding.video_frames, LAYOUTS[r.benchmark]))
     if pending:
         sampling = SamplingConfig(temperature=decoding.temperature, max_new_tokens=decoding.max_new_tokens,
                                   stop_token_ids=(tokenizer.im_end_id,), pad_token_id=tokenizer.pad_id)

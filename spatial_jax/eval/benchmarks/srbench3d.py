@@ -24,17 +24,11 @@ import re
 from collections import defaultdict
 
 from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord
+from spatial_jax.data.benchmarks.srbench3d import MAIN
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 
 NAME = "3dsrbench"
 VARIANTS = ("authors", "circular", "flip_circular", "flip", "vanilla")
-MAIN = {
-    "height_higher": "height", "location_above": "location", "location_closer_to_camera": "location",
-    "location_next_to": "location", "orientation_in_front_of": "orientation", "orientation_on_the_left": "orientation",
-    "orientation_viewpoint": "orientation", "multi_object_closer_to": "multi_object",
-    "multi_object_facing": "multi_object", "multi_object_viewpoint_towards_object": "multi_object",
-    "multi_object_parallel": "multi_object", "multi_object_same_direction": "multi_object",
-}
 ORDER = ("height", "location", "orientation", "multi_object")
 SUBTYPES = tuple(sub for main in ORDER for sub in MAIN if MAIN[sub] == main)
 _PATTERNS = [re.compile(p) for p in (
@@ -91,8 +85,8 @@ def tabulate(records: list[BenchRecord], scores: list[float], variant: str) -> T
             "flip": "share of (question, flip) pairs both right",
             "authors": "share of questions (qid less its -N suffix) right in every row; rows per question"}[variant]
     if variant == "authors":
-        rows = {**by_category([MAIN.get(c, "other") for c in question_cats], per_question, ORDER),
+        rows = {**by_category([MAIN[c] for c in question_cats], per_question, ORDER),
                 **by_category(question_cats, per_question, SUBTYPES)}
     else:
-        rows = by_category([MAIN.get(r.category, "other") for r in records], scores, ORDER)
+        rows = by_category([MAIN[r.category] for r in records], scores, ORDER)
     return Table(NAME, variant, rows, Cell.of(per_question), rule)

@@ -50,7 +50,8 @@ def mean_of(cells: Sequence[Cell], weights: Sequence[float] | None = None) -> Ce
 @dataclasses.dataclass(frozen=True)
 class Table:
     """benchmark, the scorer variant, per-category cells (in the paper's order), groups (2D/3D, Low/Middle/High,
-    task families...), the overall cell, and how the overall is formed (`rule`, for the reader)."""
+    task families...), the overall cell, and how the overall is formed (`rule`, for the reader). unparsed: the
+    policy's completions that gave no final answer (scored wrong; None when responses are scored as given)."""
 
     benchmark: str
     variant: str
@@ -58,11 +59,12 @@ class Table:
     overall: Cell
     rule: str
     groups: Mapping[str, Cell] = dataclasses.field(default_factory=dict)
+    unparsed: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "benchmark": self.benchmark, "variant": self.variant, "rule": self.rule,
-            "overall": self.overall.as_dict(),
+            "overall": self.overall.as_dict(), "unparsed": self.unparsed,
             "groups": {k: v.as_dict() for k, v in self.groups.items()},
             "categories": {k: v.as_dict() for k, v in self.categories.items()},
         }
@@ -70,7 +72,8 @@ class Table:
     def markdown(self) -> str:
         """The paper's layout: one column per category (then the groups and the overall), rows score, s.e., n."""
         cells = [*self.categories.items(), *self.groups.items(), ("**Overall**", self.overall)]
-        return f"### {self.benchmark} ({self.variant})\n\noverall: {self.rule}\n\n" + columns(cells)
+        unparsed = "" if self.unparsed is None else f"unparsed (no final answer, scored wrong): {self.unparsed}\n\n"
+        return f"### {self.benchmark} ({self.variant})\n\noverall: {self.rule}\n\n{unparsed}" + columns(cells)
 
 
 def columns(cells: Sequence[tuple[str, Cell]]) -> str:
