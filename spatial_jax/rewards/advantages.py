@@ -1,9 +1,9 @@
 """Group-relative advantages (eq. 2, SpatialCORE; GRPO): A_i = (r_i - mean_G r) / (std_G r + eps).
 
 std = "none" is Dr. GRPO's unscaled advantage A_i = r_i - mean_G r (Liu et al. 2025, "Understanding R1-Zero-Like
-Training: A Critical Perspective", Sec. 3.1 and eq. 3 of its Dr. GRPO objective): dividing by the group's standard
-deviation weights questions that are nearly always solved or nearly always failed the most (its "question-level
-difficulty bias").
+Training: A Critical Perspective", Sec. 3.1: GRPO's advantage with its std(.) divisor removed): dividing by the group's
+standard deviation weights questions that are nearly always solved or nearly always failed the most (its
+"question-level difficulty bias").
 """
 
 from __future__ import annotations
