@@ -195,3 +195,28 @@ def test_overlong_penalty_machine_checks(overrides, match, tmp_path):
     with pytest.raises(C.ConfigError, match=match):
         validate(cfg, num_devices=8)
     validate(C.load(TrainConfig, None, ["rl.overlong_penalty.cache=16"]), num_devices=8)
+
+
+@pytest.mark.slow
+def test_real_rounds_draw_afresh_and_padding_carries_no_loss(job):
+    """On the tiny policy: a later round of the same prompts draws other tokens (its own random streams), rows of
+    two rounds joined by take_rows go through the real update, and the rows dynamic sampling marks untrained
+    carry no loss (those of one group here)."""
+    import jax
+
+    from spatial_jax.data.pipeline import train_iterator
+    from spatial_jax.rl.optim import make_optimizer
+
+    trainer = job("rl.prompts_per_step=2", "rl.group_size=2")
+    batch = next(train_iterator(trainer.cfg.data, trainer.tok, trainer.method.prompt, 2,
+                                image_cfg=trainer.policy.image_cfg))
+    sampling = dataclasses.replace(trainer.cfg.rl.sampling, stop_token_ids=(trainer.tok.im_end_id,),
+                                   pad_token_id=trainer.tok.pad_id)
+    with jax.set_mesh(trainer.mesh):
+        first, second = (trainer.collect(0, batch, sampling, round_=k).completions for k in (0, 1))
+        assert not np.array_equal(first.tokens, second.tokens)
+        comps = take_rows([(first, [2, 3]), (second, [0, 1])], trainer.tok.pad_id)
+        tx = make_optimizer(trainer.optim_config("rl"))
+        _, out = trainer.update(0, comps, np.array([1.0, -1.0, 0.0, 0.0], np.float32), tx, 1,
+                                tx.init(trainer.trainable), 1.0, np.array([True, True, False, False]))
+    assert out["loss/num_seqs"] == 2 and out["loss/num_tokens"] == comps.mask[:2].sum()
