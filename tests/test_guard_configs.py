@@ -76,6 +76,8 @@ def test_mra_thresholds_refuse_nan():
         (["rewards.prosr.lambda_cf=-1"], "rewards.prosr.lambda_cf must be >= 0, got -1.0"),
         (["rewards.prosr.late_start=0.2"], "rewards.prosr.late_start must lie in [0.3, 1.0], got 0.2"),
         (["rewards.spatialcore.advantage.eps=0"], "rewards.spatialcore.advantage.eps must be > 0, got 0.0"),
+        (["rewards.spatialcore.advantage.std=unit"],
+         "rewards.spatialcore.advantage.std: 'unit' is not one of ['population', 'sample', 'none']"),
         (["rewards.spatialthinker.ciou_eps=0"], "rewards.spatialthinker.ciou_eps must be > 0, got 0.0"),
         (["rewards.allospatial.accuracy_gate=2"], "rewards.allospatial.accuracy_gate must lie in [0.0, 1.0], got 2.0"),
         (["rl.optim.lr=-1"], "rl.optim.lr must be > 0, got -1.0"),

@@ -188,15 +188,28 @@ def test_trajectory_parity():
         np.testing.assert_allclose(means[i], prosr_torch.segment_means(ta, 0.3, 0.7), atol=TOL, rtol=0)
 
 
-def test_advantage_parity():
+@pytest.mark.parametrize("std", ["population", "sample", "none"])
+def test_advantage_parity(std):
+    """Random groups of 4 and edge cases (all-equal groups, groups of one, NaN and infinite rewards: SPEC 7's
+    advantage 0) agree with the torch reference for each std kind, "none" being Dr. GRPO's."""
     rng = np.random.default_rng(6)
-    for std in ("population", "sample"):
-        r = rng.uniform(-1, 2, size=(N // 2, 4))
-        r[::9] = 0.5  # zero spread
-        with host_float64():
-            got = np.asarray(group_advantages(r, 1e-4, std))
-        ref = np.stack([advantages_torch.group_advantages(row, 1e-4, std).numpy() for row in r])
-        np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+    r = rng.uniform(-1, 2, size=(N // 2, 4))
+    r[::9] = 0.5  # zero spread
+    r[1::9, 2] = np.nan
+    r[2::9, 0] = np.inf
+    r[3::9, 1] = -np.inf
+    with host_float64():
+        got = np.asarray(group_advantages(r, 1e-4, std))
+        single = np.asarray(group_advantages(r[:, :1], 1e-4, std))
+    ref = np.stack([advantages_torch.group_advantages(row, 1e-4, std).numpy() for row in r])
+    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+    assert np.all(got[::9] == 0) and np.all(got[1::9] == 0) and np.all(got[2::9] == 0) and np.all(got[3::9] == 0)
+    assert np.all(single == 0) and all(advantages_torch.group_advantages(row[:1], 1e-4, std).item() == 0
+                                       for row in r[:20])
+
+
+def test_advantage_by_group_parity():
+    rng = np.random.default_rng(6)
     rewards = rng.uniform(0, 1, size=200).tolist()
     groups = [None if i % 11 == 0 else str(int(rng.integers(0, 40))) for i in range(200)]
     got = advantages_by_group(rewards, groups)

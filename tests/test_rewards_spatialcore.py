@@ -195,6 +195,22 @@ def test_group_advantages_eq2():
         group_advantages(np.zeros((1, 2)), 1e-4, "bogus")
 
 
+def test_dr_grpo_advantages_by_hand():
+    """Dr. GRPO (Liu et al. 2025, Sec. 3.1): A_i = r_i - mean_G r, no division by the group's std. Rewards
+    (1, 0, 0, 0): mean 1/4, advantages (3/4, -1/4, -1/4, -1/4), where eq. 2 would give (sqrt 3, -1/sqrt 3, ...)."""
+    r = np.array([[1.0, 0.0, 0.0, 0.0], [2.0, 4.0, 0.0, 0.0], [0.3, 0.3, 0.3, 0.3]])
+    adv = np.asarray(group_advantages(r, 1e-4, "none"))
+    np.testing.assert_allclose(adv[0], [0.75, -0.25, -0.25, -0.25], rtol=1e-6)
+    np.testing.assert_allclose(adv[1], [0.5, 2.5, -1.5, -1.5], rtol=1e-6)
+    np.testing.assert_array_equal(adv[2], 0.0)  # no spread: 0 exactly, whatever the rounding of the mean
+    mask = np.array([[True, True, False, False]] * 3)
+    np.testing.assert_allclose(np.asarray(group_advantages(r, 1e-4, "none", mask))[1], [-1.0, 1.0, 0.0, 0.0])
+    scaled = np.asarray(group_advantages(r[:1], 1e-4, "population"))[0]
+    np.testing.assert_allclose(scaled, adv[0] / (math.sqrt(3) / 4 + 1e-4), rtol=1e-6)
+    out = advantages_by_group([1.0, 0.0, 7.0, 5.0], ["a", "a", "b", None], std="none")
+    assert out == [0.5, -0.5, 0.0, None]
+
+
 def test_overlong_and_non_ascii_coordinates_are_invalid_boxes():
     """A 5000-digit coordinate (beyond int()'s 4300-digit limit) and Unicode digits are no JSON integers in
     [0, 1000]: the box is invalid (ignored by the spatial reward), never a crash; main and torch agree."""

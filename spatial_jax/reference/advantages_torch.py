@@ -1,4 +1,5 @@
-"""Torch float64 reference of group-relative advantages (eq. 2), independent of spatial_jax.rewards.advantages."""
+"""Torch float64 reference of group-relative advantages (eq. 2), independent of spatial_jax.rewards.advantages;
+std "none" is Dr. GRPO's r_i - mean_G r (Liu et al. 2025, Sec. 3.1)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import torch
 
 
 def group_advantages(rewards, eps: float = 1e-4, std: str = "population") -> torch.Tensor:
-    """One group's rewards [G] -> advantages; one member or no spread -> zeros."""
+    """One group's rewards [G] -> advantages; one member, no spread or a non-finite reward -> zeros."""
     r = torch.as_tensor(rewards, dtype=torch.float64).reshape(-1)
-    if r.numel() < 2 or bool(torch.all(r == r[0])):
+    if r.numel() < 2 or not bool(torch.isfinite(r).all()) or bool(torch.all(r == r[0])):
         return torch.zeros_like(r)
-    sigma = torch.std(r, correction=0 if std == "population" else 1)
-    return (r - r.mean()) / (sigma + eps)
+    centred = r - r.mean()
+    if std == "none":
+        return centred
+    return centred / (torch.std(r, correction=0 if std == "population" else 1) + eps)
 
 
 def advantages_by_group(

@@ -1,4 +1,10 @@
-"""Group-relative advantages (eq. 2, SpatialCORE; GRPO): A_i = (r_i - mean_G r) / (std_G r + eps)."""
+"""Group-relative advantages (eq. 2, SpatialCORE; GRPO): A_i = (r_i - mean_G r) / (std_G r + eps).
+
+std = "none" is Dr. GRPO's unscaled advantage A_i = r_i - mean_G r (Liu et al. 2025, "Understanding R1-Zero-Like
+Training: A Critical Perspective", Sec. 3.1: GRPO's advantage with its std(.) divisor removed): dividing by the group's
+standard deviation weights questions that are nearly always solved or nearly always failed the most (its
+"question-level difficulty bias").
+"""
 
 from __future__ import annotations
 
@@ -13,19 +19,21 @@ import numpy as np
 from spatial_jax.config import check_positive, require
 from spatial_jax.rewards._host import bucket, host_float64
 
-StdKind = Literal["population", "sample"]
+StdKind = Literal["population", "sample", "none"]
+STD_KINDS = ("population", "sample", "none")
 
 
 @dataclasses.dataclass(frozen=True)
 class AdvantageConfig:
-    """Eq. 2's constants, a field of every method's reward config: eps (1e-4) and the kind of standard deviation."""
+    """Eq. 2's constants, a field of every method's reward config: eps (1e-4) and the kind of standard deviation
+    ("none": Dr. GRPO, no division, so eps is unused)."""
 
     eps: float = 1e-4
     std: StdKind = "population"
 
     def __post_init__(self):
         check_positive(self, "eps")
-        require("std", self.std, self.std in ("population", "sample"), "be 'population' or 'sample'")
+        require("std", self.std, self.std in STD_KINDS, "be 'population', 'sample' or 'none' (Dr. GRPO)")
 
 
 def group_advantages(
@@ -36,22 +44,25 @@ def group_advantages(
 ) -> jax.Array:
     """[num_groups, G] rewards -> advantages; `mask` marks real members of ragged groups (padding gets 0).
 
-    A group with one member, or whose members all share one reward, gets advantage 0 (SPEC 7).
+    A group with one member, or whose members all share one reward, gets advantage 0 (SPEC 7), and so does a group
+    holding a NaN or infinite reward: its mean and spread are undefined, and a NaN would reach every weight.
     """
-    if std not in ("population", "sample"):
-        raise ValueError(f"std must be 'population' or 'sample', got {std!r}")
+    if std not in STD_KINDS:
+        raise ValueError(f"std must be one of {STD_KINDS}, got {std!r}")
     r = jnp.asarray(rewards)
     m = jnp.ones(r.shape, bool) if mask is None else jnp.asarray(mask, bool)
     n = jnp.sum(m, axis=-1, keepdims=True)
     nf = jnp.maximum(n, 1).astype(r.dtype)
     mean = jnp.sum(jnp.where(m, r, 0), axis=-1, keepdims=True) / nf
-    sq = jnp.sum(jnp.where(m, (r - mean) ** 2, 0), axis=-1, keepdims=True)
-    denom = nf if std == "population" else jnp.maximum(nf - 1, 1)
-    sigma = jnp.sqrt(sq / denom)
     hi = jnp.max(jnp.where(m, r, -jnp.inf), axis=-1, keepdims=True)
     lo = jnp.min(jnp.where(m, r, jnp.inf), axis=-1, keepdims=True)
-    spread = (n > 1) & (hi > lo)
-    adv = (r - mean) / (sigma + eps)
+    finite = jnp.all(jnp.where(m, jnp.isfinite(r), True), axis=-1, keepdims=True)
+    spread = (n > 1) & (hi > lo) & finite
+    adv = r - mean
+    if std != "none":
+        sq = jnp.sum(jnp.where(m, (r - mean) ** 2, 0), axis=-1, keepdims=True)
+        denom = nf if std == "population" else jnp.maximum(nf - 1, 1)
+        adv = adv / (jnp.sqrt(sq / denom) + eps)
     return jnp.where(m & spread, adv, jnp.zeros((), r.dtype))
 
 

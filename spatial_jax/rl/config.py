@@ -18,6 +18,8 @@ from spatial_jax.data.pipeline import DataConfig
 from spatial_jax.eval.evaluate import DIAGNOSTIC_ROLLOUTS
 from spatial_jax.methods import METHODS, Method, get_method
 from spatial_jax.models.config import LoRAConfig
+from spatial_jax.rewards.overlong import OverlongPenaltyConfig
+from spatial_jax.rl.dynamic_sampling import DynamicSamplingConfig
 from spatial_jax.rl.losses import LossConfig
 from spatial_jax.rl.optim import OptimConfig
 from spatial_jax.rollout.config import SamplingConfig
@@ -121,7 +123,10 @@ class RLConfig:
     shared_prefix: the update (and the KL reference) runs each prompt through the decoder once for its G rollouts,
     whose completions attend to its keys; the same loss to float rounding, fewer tokens through every layer. It
     applies to micro-batches of whole groups without tool pictures, and takes xla or splash attention (cudnn
-    falls back to xla for those calls)."""
+    falls back to xla for those calls).
+    overlong_penalty: DAPO's soft overlong punishment added to every rollout's reward (rewards/overlong.py, DAPO
+    eq. 13; off unless cache > 0). dynamic_sampling: DAPO's dynamic sampling (rl/dynamic_sampling.py, DAPO Sec. 3.2):
+    groups whose rewards are all equal are dropped and more prompts sampled, up to max_rounds extra rounds."""
 
     def __post_init__(self):
         check_range(self, "steps", 0, MAX_STEPS)
@@ -131,6 +136,10 @@ class RLConfig:
                 "be 1 (it is set from rl.micro_batch)")
         require("sampling.temperature", self.sampling.temperature, self.steps == 0 or self.sampling.temperature > 0,
                 "be > 0: greedy groups are identical and get no advantage")
+        require("dynamic_sampling.enabled", self.dynamic_sampling.enabled,
+                not self.dynamic_sampling.enabled or self.group_size >= 2,
+                f"be false with group_size={self.group_size}: a group of one rollout never holds two different "
+                "rewards, so every group would be dropped")
         rollouts = self.prompts_per_step * self.group_size
         calls = self.steps * self.updates_per_batch * max(1, rollouts // (self.micro_batch or rollouts))
         require("steps", self.steps, calls <= MAX_STEPS,
@@ -147,6 +156,8 @@ class RLConfig:
     sampling: SamplingConfig = SamplingConfig(temperature=1.0, max_new_tokens=288)
     blank_fill: Literal["mean", "black", "white"] = "mean"
     overlong_filter: bool = False
+    overlong_penalty: OverlongPenaltyConfig = OverlongPenaltyConfig()
+    dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig()
     shared_prefix: bool = False
     max_tool_turns: int = 0
     max_tool_tokens: int = 512
@@ -276,15 +287,37 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     if cfg.eval.batch_size % shards:
         raise ConfigError(f"eval.batch_size={cfg.eval.batch_size} is not divisible by mesh.data*mesh.fsdp = {shards}")
     if cfg.rl.steps > 0 and cfg.rl.loss.aggregation == "seq_mean_token_sum_norm":
-        # Dr. GRPO's constant must bound the loss tokens of any rollout: each of the max_tool_turns + 1 decode
-        # rounds of a multi-turn rollout may write up to max_new_tokens model tokens (tool tokens carry no loss)
-        turns = cfg.rl.max_tool_turns if cfg.plugin.uses_tools else 0
-        budget = cfg.rl.sampling.max_new_tokens * (turns + 1)
-        if cfg.rl.loss.max_completion_length < budget:
+        # Dr. GRPO's constant must bound the loss tokens of any rollout
+        if cfg.rl.loss.max_completion_length < model_token_budget(cfg):
             raise ConfigError(
                 f"rl.loss.max_completion_length={cfg.rl.loss.max_completion_length} must be >= the model tokens a "
-                f"rollout can hold: rl.sampling.max_new_tokens x (rl.max_tool_turns + 1) = {budget}"
+                f"rollout can hold: rl.sampling.max_new_tokens x (rl.max_tool_turns + 1) = {model_token_budget(cfg)}"
             )
+    penalty = cfg.rl.overlong_penalty
+    if cfg.rl.steps > 0 and penalty.cache > overlong_max_length(cfg):
+        raise ConfigError(
+            f"rl.overlong_penalty.cache={penalty.cache} must be <= L_max = {overlong_max_length(cfg)} (rl.overlong_"
+            "penalty.max_length, or when 0 the model-token budget rl.sampling.max_new_tokens x (rl.max_tool_turns + 1))"
+        )
+    if cfg.rl.steps > 0 and penalty.enabled and overlong_max_length(cfg) - penalty.cache >= model_token_budget(cfg):
+        raise ConfigError(
+            f"rl.overlong_penalty.cache={penalty.cache} never applies: the penalty starts past L_max - L_cache = "
+            f"{overlong_max_length(cfg) - penalty.cache} tokens, but a rollout writes at most "
+            f"rl.sampling.max_new_tokens x (rl.max_tool_turns + 1) = {model_token_budget(cfg)}; lower "
+            "rl.overlong_penalty.max_length or raise the cache"
+        )
+
+
+def model_token_budget(cfg: TrainConfig) -> int:
+    """The most tokens a rollout's policy can write: each of the max_tool_turns + 1 decode rounds of a multi-turn
+    rollout may write up to max_new_tokens (tool tokens are not the policy's)."""
+    turns = cfg.rl.max_tool_turns if cfg.plugin.uses_tools else 0
+    return cfg.rl.sampling.max_new_tokens * (turns + 1)
+
+
+def overlong_max_length(cfg: TrainConfig) -> int:
+    """L_max of DAPO's overlong penalty: rl.overlong_penalty.max_length, or the rollout's model-token budget."""
+    return cfg.rl.overlong_penalty.max_length or model_token_budget(cfg)
 
 
 def check_context(cfg: TrainConfig, max_positions: int) -> None:

@@ -20,22 +20,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.config import ConfigError, to_dict
-from spatial_jax.data.pipeline import Batch, open_source
+from spatial_jax.data.pipeline import Batch, DataIterator, open_source
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
 from spatial_jax.locks import PidLock
 from spatial_jax.rewards.advantages import group_advantages
+from spatial_jax.rewards.overlong import overlong_penalties
 from spatial_jax.rl import report
 from spatial_jax.rl import step as st
 from spatial_jax.rl.checkpoint import Checkpointer
-from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.config import TrainConfig, overlong_max_length
+from spatial_jax.rl.dynamic_sampling import fill
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule
 from spatial_jax.rl.workspace import Workspace, check_resumable, data_digest, stage_data, trained_settings
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
-from spatial_jax.rollout.completions import Completions
+from spatial_jax.rollout.completions import Completions, take_rows
 from spatial_jax.rollout.decode_copy import DecodeCopy, decode_mesh
 from spatial_jax.rollout.hosts import HostShare
 
@@ -100,6 +102,9 @@ class Trainer(Workspace):
         decode_mesh(self.mesh, cfg.decode.tensor)  # a decode.tensor that does not fit fails now, not after SFT
         self._decoder: DecodeCopy | None = None
         self._decoded_from = None  # the trainable state the decoding copy was made from
+        # the running stage's batches: a step that samples more prompts (dynamic sampling) reads them here, so the
+        # checkpointed data state counts them
+        self.batches: DataIterator | None = None
 
     def preflight(self) -> None:
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
@@ -169,6 +174,7 @@ class Trainer(Workspace):
         bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
         saved_config = to_dict(cfg)  # goes with the weights: `eval` rebuilds the optimiser state and reference from it
         data = data_digest(cfg, name)
+        self.batches = it
         for step in range(start, steps):
             metrics, opt_state = step_fn(step, next(it), tx, opt_state)
             metrics["lr"] = float(schedule(step * updates))
@@ -203,26 +209,59 @@ class Trainer(Workspace):
                    lambda step, batch, tx, opt_state: self.rl_step(step, batch, sampling, tx, n_micro, opt_state))
 
     def rl_step(self, step: int, batch: Batch, sampling, tx, n_micro: int, opt_state) -> tuple[dict[str, Any], Any]:
-        """Rollouts -> rewards -> advantages -> updates_per_batch passes of n_micro micro-batches."""
+        """Rollouts -> rewards -> advantages -> updates_per_batch passes of n_micro micro-batches; with dynamic
+        sampling, further batches of prompts are rolled out until the batch is full of informative groups."""
         t0 = time.perf_counter()
-        got = self.collect(step, batch, sampling)
-        # every process's scores (its own rollouts'), in rollout order: the advantages and the metrics need them all,
-        # and the update every process's rollouts' arrays
-        blocks = self.hosts.blocks({"prompts": len(batch.records), "decoded": got.decoded, "scores": got.scores})
-        comps, scores = self.hosts.assemble(got.completions), [s for block in blocks for s in block["scores"]]
+        rc = self.cfg.rl
+        G = rc.group_size
+        rounds: list[tuple[Completions, list[dict[str, float]]]] = []
+        counts = np.zeros((3, self.hosts.count), np.int64)  # per process: prompts read, rows decoded, rollouts scored
+
+        def sample_round(k: int) -> np.ndarray:
+            b = batch if k == 0 else next(self.batches)
+            got = self.collect(step, b, sampling, round_=k)
+            # every process's scores (its own rollouts'), in rollout order: the advantages and the metrics need them
+            # all, and the update every process's rollouts' arrays
+            blocks = self.hosts.blocks({"prompts": len(b.records), "decoded": got.decoded, "scores": got.scores})
+            counts[:] += [[blk["prompts"] for blk in blocks], [blk["decoded"] for blk in blocks],
+                          [len(blk["scores"]) for blk in blocks]]
+            comps, scores = self.hosts.assemble(got.completions), [s for block in blocks for s in block["scores"]]
+            if rc.overlong_penalty.enabled:
+                penalty = overlong_penalties(comps.mask.sum(axis=1), overlong_max_length(self.cfg),
+                                             rc.overlong_penalty.cache)
+                scores = [dict(s, overlong_penalty=float(p), reward=s["reward"] + float(p))
+                          for s, p in zip(scores, penalty)]
+            rounds.append((comps, scores))
+            return np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
+
+        out: dict[str, Any] = {}
+        if rc.dynamic_sampling.enabled:
+            selection = fill(sample_round, rc.prompts_per_step, rc.dynamic_sampling.max_rounds)
+            picks = [(rounds[r], range(g * G, (g + 1) * G)) for r, g in selection.picks]
+            comps = take_rows([(c, rows) for (c, _), rows in picks], self.tok.pad_id)
+            scores = [sc[i] for (_, sc), rows in picks for i in rows]
+            trained = np.repeat(selection.trained, G)
+            sampled = [s for _, sc in rounds for s in sc]
+            out.update(selection.metrics())
+            out["dynamic/reward_mean_sampled"] = float(np.mean([s["reward"] for s in sampled]))
+            out["dynamic/accuracy_sampled"] = float(np.mean([s[self.method.accuracy_key] for s in sampled]))
+        else:
+            sample_round(0)
+            (comps, scores), trained = rounds[0], None
         t_rollout = time.perf_counter() - t0
-        G = self.cfg.rl.group_size
         rewards = np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
         eq2 = self.reward_cfg.advantage
         adv = np.asarray(group_advantages(jnp.asarray(rewards), eq2.eps, eq2.std)).reshape(-1)
         t1 = time.perf_counter()
-        opt_state, out = self.update(step, comps, adv, tx, n_micro, opt_state, sampling.temperature or 1.0)
+        opt_state, trained_out = self.update(step, comps, adv, tx, n_micro, opt_state, sampling.temperature or 1.0,
+                                             trained)
         t_train = time.perf_counter() - t1
+        out.update(trained_out)
         out.update(report.rollout_metrics(self.method, scores, rewards, adv, comps))
-        for key, name in (("prompts", "prompts_read"), ("decoded", "rows_decoded"), ("scores", "rollouts_scored")):
-            counts = [len(b[key]) if key == "scores" else b[key] for b in blocks]
-            out[f"host/{name}_min"], out[f"host/{name}_max"] = min(counts), max(counts)
-        out["rollout_tokens_per_s"] = float(comps.mask.sum()) / max(t_rollout, 1e-9)
+        for row, name in enumerate(("prompts_read", "rows_decoded", "rollouts_scored")):
+            out[f"host/{name}_min"], out[f"host/{name}_max"] = int(counts[row].min()), int(counts[row].max())
+        decoded_tokens = sum(float(c.mask.sum()) for c, _ in rounds)
+        out["rollout_tokens_per_s"] = decoded_tokens / max(t_rollout, 1e-9)
         out["train_tokens_per_s"] = out.pop("train_tokens") / max(t_train, 1e-9)
         return out, opt_state
 
@@ -236,21 +275,25 @@ class Trainer(Workspace):
         self._decoded_from = self.trainable
         return self._decoder
 
-    def collect(self, step: int, batch: Batch, sampling) -> Collected:
+    def collect(self, step: int, batch: Batch, sampling, round_: int = 0) -> Collected:
         """G sampled completions per prompt (and the method's blank or tool rollouts) of this process's prompts,
-        decoded from the decoding copy and scored."""
+        decoded from the decoding copy and scored; each sampling round of a step (dynamic sampling) draws its own
+        random streams."""
         cfg, rc = self.cfg, self.cfg.rl
         return collect(self.decoder(), batch, self.tok, self.method, self.reward_cfg, sampling, rc.group_size,
-                       _seed(cfg, 1, step), blank_seed=_seed(cfg, 2, step), step=step,
+                       _seed(cfg, 1 + 2 * round_, step), blank_seed=_seed(cfg, 2 + 2 * round_, step), step=step,
                        tools=ToolSettings(rc.max_tool_turns, rc.max_tool_tokens), blank_fill=rc.blank_fill,
                        image_cfg=self.policy.image_cfg, hosts=self.hosts)
 
     def update(self, step: int, comps: Completions, adv: np.ndarray, tx, n_micro: int, opt_state,
-               temperature: float) -> tuple[Any, dict[str, Any]]:
+               temperature: float, trained: np.ndarray | None = None) -> tuple[Any, dict[str, Any]]:
         """updates_per_batch passes over the rollouts in n_micro accumulated micro-batches (completion tokens only
-        carry loss; prompts are masked, and so are rollouts that never stopped under overlong filtering)."""
+        carry loss; prompts are masked, and so are rollouts that never stopped under overlong filtering and those
+        `trained` [R] marks False: dynamic sampling's padding)."""
         cfg, rc = self.cfg, self.cfg.rl
         mask = comps.mask
+        if trained is not None:
+            mask = mask * trained[:, None].astype(mask.dtype)
         if rc.overlong_filter:
             stopped = np.any((comps.tokens == self.tok.im_end_id) & (mask > 0), axis=1)
             mask = mask * stopped[:, None].astype(mask.dtype)

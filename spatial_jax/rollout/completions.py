@@ -7,6 +7,7 @@ temperature 1, masks) stay arrays for the loss, and each completion becomes a `R
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -17,6 +18,16 @@ from spatial_jax.records import BlankRollout, Rollout, TokenTrace
 from spatial_jax.rollout import engine
 from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.sampler import generate
+
+# Completions fields of prompt rows (left-padded) and of completion rows (right-padded: a multi-turn completion's
+# width is its batch's longest rollout); joining rows of batches of other widths pads them so
+PROMPT_ROWS = ("prompt_ids", "prompt_mask")
+COMPLETION_ROWS = ("tokens", "logprobs", "entropies", "mask", "context_mask")
+
+
+def pad_to(value: np.ndarray, width: int, fill, left: bool) -> np.ndarray:
+    pad = np.full((value.shape[0], width - value.shape[1]), fill, value.dtype)
+    return np.concatenate([pad, value] if left else [value, pad], axis=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +50,37 @@ class Completions:
         """(first item of each row and one past the last [R + 1], first patch of each item and the end [items + 1])."""
         return (np.concatenate([[0], np.cumsum(self.image_counts)]),
                 np.concatenate([[0], np.cumsum(np.prod(self.image_grid_thw, axis=-1))]))
+
+
+def take_rows(parts: Sequence[tuple[Completions, Sequence[int]]], pad_id: int) -> Completions:
+    """The rows `rows` of each part's completions, in order, as one batch (all parts of one class): prompt rows
+    left-padded and completion rows right-padded to the widest part's (pad id for ids, 0 otherwise), each row's
+    visual items and patches carried with it. Texts and offsets are kept when every part has them."""
+    first = parts[0][0]
+    out: dict[str, object] = {}
+    for field in dataclasses.fields(first):
+        name = field.name
+        values = [getattr(c, name) for c, _ in parts]
+        if name in ("texts", "offsets"):
+            whole = all(len(v) == len(c.image_counts) for v, (c, _) in zip(values, parts))
+            out[name] = tuple(v[r] for v, (_, rows) in zip(values, parts) for r in rows) if whole else ()
+        elif name in ("pixel_values", "image_grid_thw"):
+            chunks = []
+            for c, rows in parts:
+                items, patches = c.item_starts()
+                for r in rows:
+                    i0, i1 = items[r], items[r + 1]
+                    chunks.append(c.image_grid_thw[i0:i1] if name == "image_grid_thw"
+                                  else c.pixel_values[patches[i0] : patches[i1]])
+            out[name] = np.concatenate(chunks, axis=0)
+        elif name in PROMPT_ROWS or name in COMPLETION_ROWS:
+            width = max(v.shape[1] for v in values)
+            fill = pad_id if name in ("prompt_ids", "tokens") else 0
+            out[name] = np.concatenate([pad_to(v[np.asarray(rows, int)], width, fill, left=name in PROMPT_ROWS)
+                                        for v, (_, rows) in zip(values, parts)], axis=0)
+        else:  # per-row values
+            out[name] = np.concatenate([v[np.asarray(rows, int)] for v, (_, rows) in zip(values, parts)], axis=0)
+    return dataclasses.replace(first, **out)
 
 
 def repeat_batch(batch: Batch, group_size: int

@@ -24,19 +24,10 @@ from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, make_iter
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.distributed import allgather_bytes, allgather_json, allgather_rows
-from spatial_jax.rollout.completions import Completions
+from spatial_jax.rollout.completions import COMPLETION_ROWS, PROMPT_ROWS, Completions, pad_to
 
 # Batch fields of token rows: left-padded to the widest process's bucket (pad id for ids, 0 for masks)
 _TOKEN_ROWS = ("input_ids", "attention_mask", "loss_mask")
-# Completions fields of prompt rows (left-padded like _TOKEN_ROWS) and of completion rows (right-padded: a
-# multi-turn completion's width is its process's longest rollout)
-_PROMPT_ROWS = ("prompt_ids", "prompt_mask")
-_COMPLETION_ROWS = ("tokens", "logprobs", "entropies", "mask", "context_mask")
-
-
-def _pad_to(value: np.ndarray, width: int, fill, left: bool) -> np.ndarray:
-    pad = np.full((value.shape[0], width - value.shape[1]), fill, value.dtype)
-    return np.concatenate([pad, value] if left else [value, pad], axis=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +89,7 @@ class HostShare:
                 out.setdefault(field.name, value)
             elif field.name in _TOKEN_ROWS:
                 fill = self.pad_id if field.name == "input_ids" else 0
-                out[field.name] = allgather_rows(_pad_to(value, width, fill, left=True))
+                out[field.name] = allgather_rows(pad_to(value, width, fill, left=True))
             else:  # per-row values, or per-item / per-patch arrays in row order
                 out[field.name] = allgather_rows(value)
         return dataclasses.replace(batch, **out)
@@ -114,10 +105,10 @@ class HostShare:
             name, value = field.name, getattr(comps, field.name)
             if name in out:
                 continue
-            if name in _PROMPT_ROWS or name in _COMPLETION_ROWS:
+            if name in PROMPT_ROWS or name in COMPLETION_ROWS:
                 width = int(allgather_rows(np.asarray([value.shape[1]])).max())
                 fill = self.pad_id if name in ("prompt_ids", "tokens") else 0
-                value = _pad_to(value, width, fill, left=name in _PROMPT_ROWS)
+                value = pad_to(value, width, fill, left=name in PROMPT_ROWS)
             out[name] = allgather_rows(value)  # per-row values, or per-item / per-patch arrays in row order
         return dataclasses.replace(comps, **out)
 
