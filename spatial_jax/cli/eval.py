@@ -9,6 +9,9 @@ and left as it was; the output's folder is checked before the work.
 benchmark) scores the policy on a benchmark's local copy as its official evaluation code scores it and prints and
 writes the paper's table (JSON and Markdown): each question is laid out as the benchmark's protocol shows it, and the
 official extraction reads the method's final answer (a completion without one is wrong and counted unparsed).
+`--layout method` asks each question as the method's own prompt shows a dataset's question instead (lettered
+options, no answer instruction): a benchmark copy of a dataset's questions (`spatial-jax to-cvbench`) is then asked
+exactly as plain `spatial-jax eval` asks them, so the two can be compared question by question.
 Responses are cached per checkpoint under run_dir/eval_cache, so an interrupted run resumes. `--predictions FILE`
 (with --protocol: a folder of <benchmark>.json / .jsonl files) scores responses made elsewhere, with no model, each
 read whole as given.
@@ -21,6 +24,8 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from spatial_jax.data.benchmarks.layout import PROMPT_LAYOUTS
+
     p.add_argument("--config", default=None,
                    help="the run's TOML config (default: the README main job, configs/tiny_cpu.toml)")
     p.add_argument("--data", default=None, help="JSONL dataset or synthetic:<split>:<n> (default: data.eval); with "
@@ -33,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictions", default=None,
                    help="score these responses (JSON {id: text} or JSONL) instead of running the policy")
     p.add_argument("--variant", default=None, help="the benchmark's scoring variant (default: the official one)")
+    p.add_argument("--layout", choices=PROMPT_LAYOUTS, default="benchmark",
+                   help="benchmark: each question as the benchmark's protocol lays it out (default); method: as the "
+                   "method's own prompt shows a dataset's question (to compare with `spatial-jax eval` on the same "
+                   "questions)")
     p.add_argument("--temperature", type=float, default=None, help="override the protocol's sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override the protocol's completion length")
     p.add_argument("--max-tool-turns", type=int, default=None, help="override the protocol's tool turns")
@@ -134,6 +143,8 @@ def _plan(args):
         raise ConfigError(f"unknown benchmark {args.benchmark!r}; known: {sorted(LOADERS)}")
     if args.variant and protocol:
         raise ConfigError("--variant goes with --benchmark (a protocol names its benchmarks' variants)")
+    if args.predictions and args.layout != "benchmark":
+        raise ConfigError("--layout chooses how the policy is prompted; --predictions were prompted elsewhere")
     data = Path(args.data)
     preds = Path(args.predictions) if args.predictions else None
     plan = []
@@ -261,7 +272,7 @@ def _generate(args, protocol, plan, records, title):
     distributed.initialize()
     ws = Workspace(cfg)
     stage = None if args.initial else ws.load_latest()
-    folder = cache_dir(Path(cfg.run_dir), _checkpoint_tag(cfg.run_dir, stage), ws.method.name, decoding)
+    folder = cache_dir(Path(cfg.run_dir), _checkpoint_tag(cfg.run_dir, stage), ws.method.name, decoding, args.layout)
     total = sum(len(r) for r in records.values())
     bar = None
     if args.progress and ws.primary:
@@ -283,7 +294,7 @@ def _generate(args, protocol, plan, records, title):
             got, skip = generate(
                 own, cache, model=model, tokenizer=ws.tok, method=ws.method, reward_cfg=ws.reward_cfg,
                 data_cfg=cfg.data, image_cfg=ws.policy.image_cfg, batch_size=cfg.eval.batch_size, decoding=decoding,
-                blank_fill=cfg.rl.blank_fill, progress=bar.update if bar is not None else None)
+                blank_fill=cfg.rl.blank_fill, progress=bar.update if bar is not None else None, layout=args.layout)
             shares = hosts.everyone((dict(got), skip))
             every = {rid: text for share, _ in shares for rid, text in share.items()}
             cache.add([(rid, text) for rid, text in every.items() if rid not in cache.responses])
@@ -293,7 +304,7 @@ def _generate(args, protocol, plan, records, title):
         bar.close()
     if not ws.primary:
         return responses, skipped, {}, None, None
-    meta = {"checkpoint": stage, "run_dir": str(cfg.run_dir), "cache": str(folder),
+    meta = {"checkpoint": stage, "run_dir": str(cfg.run_dir), "cache": str(folder), "layout": args.layout,
             "decoding": {"temperature": decoding.temperature, "max_new_tokens": decoding.max_new_tokens,
                          "max_tool_turns": decoding.max_tool_turns, "video_frames": decoding.video_frames}}
     return responses, skipped, meta, out, ws.method.final_answer

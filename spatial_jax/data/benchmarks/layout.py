@@ -11,6 +11,10 @@ from spatial_jax.data.benchmarks.record import BenchRecord
 from spatial_jax.data.sample import LETTERS
 
 LABELS = ("letters", "numbers")
+# What `spatial-jax eval --benchmark --layout` shows a policy. "benchmark": each question as its protocol lays it out
+# (the loader's LAYOUT). "method": as the method's own prompt shows a dataset's question (lettered options, no answer
+# instruction), so a benchmark copy of a dataset's questions is asked word for word as `spatial-jax eval` asks them.
+PROMPT_LAYOUTS = ("benchmark", "method")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Responses come from the same rollout layer as training (`collect`: tool turns for a method that uses them), with
 the decoding the protocol states, each question laid out as its benchmark's protocol shows it (options and answer
-instruction, data/benchmarks/layout.py) inside the method's own prompt. Each finished batch is appended to the
+instruction, data/benchmarks/layout.py) inside the method's own prompt, or, when the user asks for the "method"
+layout, as the method's prompt shows a dataset's question (PROMPT_LAYOUTS). Each finished batch is appended to the
 cache (one JSON line per record) before the next starts; a rerun with the same checkpoint and decoding reads the
 cache and generates only what is missing.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spatial_jax.data.benchmarks import LAYOUTS, BenchRecord, to_sample
+from spatial_jax.data.benchmarks.layout import PROMPT_LAYOUTS
 from spatial_jax.data.jsonl import DuplicateKey, loads_unique, text_lines
 from spatial_jax.data.pipeline import make_iterator
 from spatial_jax.rollout.collect import ToolSettings, collect
@@ -57,11 +59,12 @@ class ResponseCache:
             f.writelines(json.dumps({"id": rid, "response": text}) + "\n" for rid, text in items)
 
 
-def cache_dir(run_dir: Path, checkpoint: str, method: str, decoding: Decoding) -> Path:
-    """One folder per checkpoint (stage and step), decoding and the benchmarks' layouts: changing any of them (the
-    prompt changes with a layout) starts a fresh cache."""
-    layouts = {name: dataclasses.asdict(layout) for name, layout in LAYOUTS.items()}
-    key = json.dumps({"method": method, **dataclasses.asdict(decoding), "layouts": layouts}, sort_keys=True)
+def cache_dir(run_dir: Path, checkpoint: str, method: str, decoding: Decoding, layout: str = "benchmark") -> Path:
+    """One folder per checkpoint (stage and step), decoding, layout choice and the benchmarks' layouts: changing any
+    of them (the prompt changes with a layout) starts a fresh cache."""
+    layouts = {name: dataclasses.asdict(shown) for name, shown in LAYOUTS.items()}
+    key = json.dumps({"method": method, **dataclasses.asdict(decoding), "layout": layout, "layouts": layouts},
+                     sort_keys=True)
     return Path(run_dir) / "eval_cache" / f"{checkpoint}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
@@ -79,9 +82,12 @@ def generate(
     decoding: Decoding,
     blank_fill: str = "mean",
     progress: Callable[[int], None] | None = None,
+    layout: str = "benchmark",
 ) -> tuple[Mapping[str, str], list[str]]:
     """(id -> response for every record that has one, ids of records with no Sample form). Records already in the
-    cache are not generated again."""
+    cache are not generated again. layout: one of PROMPT_LAYOUTS."""
+    if layout not in PROMPT_LAYOUTS:
+        raise ValueError(f"layout must be one of {PROMPT_LAYOUTS}, got {layout!r}")
     pending, skipped = [], []
     for r in records:
         if r.id in cache.responses:
@@ -89,7 +95,7 @@ def generate(
         if r.answer_type == "text":
             skipped.append(r.id)
             continue
-        pending.append(to_sample(r, decoding.video_frames, LAYOUTS[r.benchmark]))
+        pending.append(to_sample(r, decoding.video_frames, LAYOUTS[r.benchmark] if layout == "benchmark" else None))
     if pending:
         sampling = SamplingConfig(temperature=decoding.temperature, max_new_tokens=decoding.max_new_tokens,
                                   stop_token_ids=(tokenizer.im_end_id,), pad_token_id=tokenizer.pad_id)
