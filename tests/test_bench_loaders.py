@@ -340,6 +340,9 @@ def test_copies_that_are_not_there_or_not_readable_are_clear_errors(tmp_path):
     (root / "Dynamic_Reasoning" / "1.png").unlink()
     with pytest.raises(BenchmarkError, match=r"record 1 \(id 1_0\).*1.png, which does not exist"):
         load("omnispatial", root)
+    (root / "Dynamic_Reasoning" / "1.png").mkdir()  # issue 36 item 25: named as what it is
+    with pytest.raises(BenchmarkError, match=r"record 1 \(id 1_0\).*1.png, which is a folder, not a file"):
+        load("omnispatial", root)
     rows = [dict(r) for r in OMNISPATIAL]
     rows[2]["answer"] = 7
     with pytest.raises(BenchmarkError, match="record 2.*'answer' = 7 is outside the 4 options"):

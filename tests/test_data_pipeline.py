@@ -56,6 +56,11 @@ def _rows(path):
         (lambda r: {k: v for k, v in r.items() if k != "question"}, "missing field 'question'"),
         (lambda r: {**r, "options": "A,B"}, "'options' must be a list"),
         (lambda r: {**r, "image": "images/none.png"}, "does not exist"),
+        # issue 36 item 25: what is there but no file is named as such, not as missing
+        (lambda r: {**r, "image": "images"}, "images' is a folder, not a file"),
+        (lambda r: {**r, "image": "/dev/zero"}, "'/dev/zero' is not a regular file"),
+        (lambda r: {**{k: v for k, v in r.items() if k != "image"}, "video": {"frames": ["/dev/zero"], "fps": 1}},
+         "video.frames\\[0\\].*not a regular file"),
         (lambda r: {**r, "answer": "E"}, "does not name one of the 4 options"),
         (lambda r: {**r, "gt_boxes": [{"bbox_2d": [1, 2, 3], "label": "x"}]}, "gt_boxes\\[0\\].bbox_2d"),
         (lambda r: {**r, "gt_boxes": [{"bbox_2d": [1, 2, 3, 4], "label": "x", "validity": 2}]}, "validity"),
