@@ -333,6 +333,9 @@ def test_copies_that_are_not_there_or_not_readable_are_clear_errors(tmp_path):
         load("omnispatial", tmp_path)
     with pytest.raises(BenchmarkError, match="unknown benchmark"):
         load("omni", tmp_path)
+    (tmp_path / "data.json").write_text("[]")  # issue 36 item 26: said as such, not as the responses' fault
+    with pytest.raises(BenchmarkError, match=f"omnispatial: the copy at {tmp_path} holds no record"):
+        load("omnispatial", tmp_path)
     (tmp_path / "data.json").write_text("{not json")
     with pytest.raises(BenchmarkError, match="not valid JSON"):
         load("omnispatial", tmp_path)
