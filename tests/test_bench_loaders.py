@@ -338,12 +338,18 @@ def test_copies_that_are_not_there_or_not_readable_are_clear_errors(tmp_path):
         load("omnispatial", tmp_path)
     with pytest.raises(BenchmarkError, match="unknown benchmark"):
         load("omni", tmp_path)
+    (tmp_path / "data.json").write_text("[]")  # issue 36 item 26: said as such, not as the responses' fault
+    with pytest.raises(BenchmarkError, match=f"omnispatial: the copy at {tmp_path} holds no record"):
+        load("omnispatial", tmp_path)
     (tmp_path / "data.json").write_text("{not json")
     with pytest.raises(BenchmarkError, match="not valid JSON"):
         load("omnispatial", tmp_path)
     root = write_copy("omnispatial", tmp_path / "gone")
     (root / "Dynamic_Reasoning" / "1.png").unlink()
     with pytest.raises(BenchmarkError, match=r"record 1 \(id 1_0\).*1.png, which does not exist"):
+        load("omnispatial", root)
+    (root / "Dynamic_Reasoning" / "1.png").mkdir()  # issue 36 item 25: named as what it is
+    with pytest.raises(BenchmarkError, match=r"record 1 \(id 1_0\).*1.png, which is a folder, not a file"):
         load("omnispatial", root)
     rows = [dict(r) for r in OMNISPATIAL]
     rows[2]["answer"] = 7

@@ -134,3 +134,28 @@ def test_media_paths_of_every_row_kind_resolve_from_the_output_folder(command, t
         return found
 
     assert media(out) == media(data) and len(media(out)) == 4
+
+
+def test_an_output_file_flag_naming_a_folder_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
+    """Issue 36 item 24: found at the start, not once the benchmark is scored or the dataset corrupted."""
+    import spatial_jax.data.corrupt
+    import spatial_jax.eval.benchmarks
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(spatial_jax.eval.benchmarks, "score_responses", no_work)
+    monkeypatch.setattr(spatial_jax.data.corrupt, "corrupt", no_work)
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    root, preds = _benchmark(tmp_path)
+    _refused(["eval", "--benchmark", "embspatial", "--data", str(root), "--predictions", str(preds), "--output",
+              str(folder)], capsys, "--output", "is a folder")
+    data = tmp_path / "in.jsonl"
+    _dataset(data)
+    for flag in ("--output", "--report"):
+        outputs = {"--output": str(tmp_path / "out.jsonl"), "--report": str(tmp_path / "report.json"), flag: folder}
+        _refused(["corrupt", "--input", str(data), *(x for kv in outputs.items() for x in map(str, kv))], capsys,
+                 f"{flag} {folder} is a folder")
+    _refused(["plan", "--topology", "cpu:1", "--json", str(folder)], capsys, "--json", "is a folder")
+    assert os.listdir(folder) == []

@@ -56,6 +56,11 @@ def _rows(path):
         (lambda r: {k: v for k, v in r.items() if k != "question"}, "missing field 'question'"),
         (lambda r: {**r, "options": "A,B"}, "'options' must be a list"),
         (lambda r: {**r, "image": "images/none.png"}, "does not exist"),
+        # issue 36 item 25: what is there but no file is named as such, not as missing
+        (lambda r: {**r, "image": "images"}, "images' is a folder, not a file"),
+        (lambda r: {**r, "image": "/dev/zero"}, "'/dev/zero' is not a regular file"),
+        (lambda r: {**{k: v for k, v in r.items() if k != "image"}, "video": {"frames": ["/dev/zero"], "fps": 1}},
+         "video.frames\\[0\\].*not a regular file"),
         (lambda r: {**r, "answer": "E"}, "does not name one of the 4 options"),
         (lambda r: {**r, "gt_boxes": [{"bbox_2d": [1, 2, 3], "label": "x"}]}, "gt_boxes\\[0\\].bbox_2d"),
         (lambda r: {**r, "gt_boxes": [{"bbox_2d": [1, 2, 3, 4], "label": "x", "validity": 2}]}, "validity"),
@@ -243,3 +248,34 @@ def test_data_config_and_iterators(tok):
         load(P.DataConfig, overrides=["bucket_lengths=[512,256]"])
     with pytest.raises(ConfigError):
         load(P.DataConfig, overrides=["synthetic.corrupt_fraction=3"])
+
+
+def test_gen_data_writes_the_main_jobs_world(tmp_path, capsys, monkeypatch):
+    """Issue 36 "Also": the main job's data outside the job. gen-data with its config writes the questions and
+    images the job draws (its grid, anchor and biased annotator), as many as it draws unless told; key=value sets
+    any other setting of the world."""
+    import spatial_jax.data.jsonl as jsonl
+    from spatial_jax.cli import main
+    from spatial_jax.cli.job_config import MAIN_JOB, load_job
+
+    job = load_job(str(MAIN_JOB), [])
+    assert main(["gen-data", "--config", str(MAIN_JOB), "--out", str(tmp_path / "d"), "--num-train", "6",
+                 "--num-eval", "2"]) == 0
+    for split, spec in (("train", job.data.train), ("heldout", job.data.eval)):
+        written = P.open_source(str(tmp_path / "d" / f"{split}.jsonl"))
+        drawn = P.open_source(spec, job.data.synthetic)
+        assert [s.to_json("x") for s in written] == [drawn[i].to_json("x") for i in range(len(written))]
+        assert all(np.array_equal(s.load_image(), drawn[i].image) for i, s in enumerate(written))
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["mirror_colors"] == ["green"]
+    assert main(["gen-data", "--out", str(tmp_path / "f"), "--num-train", "1", "--num-eval", "1", "grid=2",
+                 "anchor=blue", "mirror_colors=[\"green\"]", "mirror_rate=0.7", "--min-objects", "2",
+                 "--max-objects", "2"]) == 0
+    assert json.loads((tmp_path / "f" / "config.json").read_text())["grid"] == 2
+    capsys.readouterr()
+    assert main(["gen-data", "--out", str(tmp_path / "g"), "grid=99"]) == 2
+    assert "grid must lie in" in capsys.readouterr().err
+    counted = {}  # the job's 4,000 training questions, counted without drawing them
+    monkeypatch.setattr(jsonl, "write_jsonl", lambda samples, path, *a: counted.setdefault(path.stem, len(samples)))
+    (tmp_path / "e").mkdir()
+    assert main(["gen-data", "--config", str(MAIN_JOB), "--out", str(tmp_path / "e"), "--num-eval", "0"]) == 0
+    assert counted == {"train": 4000, "heldout": 0}

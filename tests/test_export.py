@@ -134,3 +134,38 @@ def test_export_command_refuses_what_is_not_a_run(tmp_path, capsys):
     assert main(["export", "--run-dir", str(run), "--out", str(tmp_path / "hf")]) == 2
     assert "holds no checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
+
+
+def test_the_export_carries_the_processors_with_the_runs_pixel_budget(tmp_path):
+    """Issue 36 item 28: preprocessor_config.json (and the video processor's) beside the weights, so transformers
+    preprocesses an image as the policy was trained, with the run's own pixel bounds."""
+    from transformers import AutoImageProcessor
+
+    from spatial_jax import config as C
+    from spatial_jax.data.image_processing import preprocess
+    from spatial_jax.data.pipeline import video_config
+    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.rl.workspace import Workspace
+
+    ws = Workspace(C.load(TrainConfig, None, [f"run_dir={tmp_path / 'run'}", "policy.min_pixels=1024",
+                                              "policy.max_pixels=5000"]), record_config=False)
+    out = ws.export(tmp_path / "hf")
+    processor = AutoImageProcessor.from_pretrained(out)
+    assert (processor.size.shortest_edge, processor.size.longest_edge) == (1024, 5000)
+    image = np.random.default_rng(0).integers(0, 256, (90, 130, 3), np.uint8)
+    theirs = processor(images=[image], return_tensors="np")
+    ours, grid = preprocess([image], ws.policy.image_cfg)
+    assert np.array_equal(theirs["image_grid_thw"], np.asarray(grid).reshape(-1, 3))
+    np.testing.assert_allclose(theirs["pixel_values"], ours, atol=1e-5)
+    video = json.loads((out / "video_preprocessor_config.json").read_text())
+    expected = video_config(ws.policy.image_cfg, None)
+    assert video["size"] == {"shortest_edge": expected.min_pixels, "longest_edge": expected.max_pixels}
+    assert (video["fps"], video["min_frames"], video["max_frames"]) == (expected.fps, expected.min_frames,
+                                                                         expected.max_frames)
+    try:
+        import torchvision  # noqa: F401  (transformers' video processors need it)
+    except ImportError:
+        return
+    from transformers import AutoProcessor
+
+    assert AutoProcessor.from_pretrained(out).image_processor.size.longest_edge == 5000

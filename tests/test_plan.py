@@ -12,6 +12,7 @@ import json
 import pytest
 
 from spatial_jax.cli import main
+from spatial_jax.rl import plan as plan_module
 from spatial_jax.rl.plan import compiler_oom_bytes, fmt_bytes
 
 SMALL = ["data.bucket_lengths=[64]", "rl.prompts_per_step=2", "rl.group_size=2", "rl.micro_batch=4",
@@ -104,6 +105,17 @@ def test_compiler_refusal_is_read_as_the_programs_need():
 def test_bad_targets_are_configuration_errors(bad, message, capsys):
     assert main(["plan", *bad]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_tpu_refusals_name_the_extra_only_when_libtpu_is_missing(capsys, monkeypatch):
+    """A slice libtpu does not know is its refusal, not advice to install what is installed (issue 36 item 22)."""
+    pytest.importorskip("libtpu", reason="libtpu is not installed: every TPU target needs it")
+    assert main(["plan", "--topology", "v5p:3x3x7"]) == 2
+    err = capsys.readouterr().err
+    assert "libtpu cannot describe this slice" in err and "not divisible" in err and "install" not in err
+    monkeypatch.setattr(plan_module, "tpu_compiler_installed", lambda: False)
+    assert main(["plan", "--topology", "v5p:3x3x7"]) == 2
+    assert "needs libtpu; install the tpu extra" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -299,3 +299,26 @@ def test_eval_names_the_weight_layout_a_run_was_trained_with(tmp_path, capsys):
     train(C.load(TrainConfig, None, [*base, "policy.scan_layers=true"]))
     assert main(["eval", *base, "eval.max_samples=2"]) == 2
     assert "was trained with policy.scan_layers=True (here False)" in capsys.readouterr().err
+
+
+def test_an_undecodable_image_fails_before_anything_compiles(dense, tmp_path, capsys, monkeypatch):
+    """Issue 36 item 27: a row's image that exists but does not decode is found when the job starts (the README's
+    promise), not when the evaluation after SFT first reads it."""
+    from spatial_jax.data import synthetic
+    from spatial_jax.data.jsonl import write_jsonl
+    from spatial_jax.rl import workspace
+
+    data = tmp_path / "eval.jsonl"
+    write_jsonl(synthetic.generate(synthetic.SyntheticConfig(), "heldout", 2), data)
+    image = tmp_path / json.loads(data.read_text().splitlines()[1])["image"]
+    image.write_bytes(image.read_bytes()[:40])  # the header alone: PIL opens it, decoding fails
+
+    def built(*args, **kwargs):
+        raise AssertionError("the policy was built")
+
+    monkeypatch.setattr(workspace, "build_policy", built)
+    run = tmp_path / "run"
+    assert main(["train", f"run_dir={run}", *JOB, f"data.eval={data}"]) == 1
+    line = _error_line(capsys, "train")
+    assert line.startswith(f"spatial-jax train: data.eval: {data}:2: image {image}: "), line
+    assert not run.exists()

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from spatial_jax.cli.outputs import print_report, refuse_overwriting
+from spatial_jax.cli.outputs import check_output_files, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax corrupt: {e}", file=sys.stderr)
         return 2
-    refuse_overwriting({"--output": args.output, "--report": args.report}, [args.input])
+    check_output_files({"--output": args.output, "--report": args.report}, [args.input])
     samples, report = corrupt(read_jsonl(args.input, check_images=False), cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     write_jsonl([relocate(s, out_dir) for s in samples], args.output)

@@ -59,13 +59,13 @@ def check_output(path, inputs, markdown: bool = False) -> None:
     it)."""
     import tempfile
 
-    from spatial_jax.cli.outputs import refuse_overwriting
+    from spatial_jax.cli.outputs import check_output_files
     from spatial_jax.config import ConfigError
 
     outputs = {"--output": path}
     if markdown:
         outputs["--output's Markdown table"] = path.with_suffix(".md")
-    refuse_overwriting(outputs, inputs)
+    check_output_files(outputs, inputs)
     folder = path.parent
     if not folder.is_dir():
         raise ConfigError(f"--output {path}: the folder {folder} does not exist")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from spatial_jax.cli.outputs import print_report, refuse_overwriting
+from spatial_jax.cli.outputs import check_output_files, print_report
 from spatial_jax.data.prompts import THINK_BOXES
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from spatial_jax.data.sft_filters import SFTFilterConfig, filter_samples
 
     cfg = apply_overrides(SFTFilterConfig(reference_key=args.method_key), args.overrides)
-    refuse_overwriting({"--output": args.output, "--report": args.report}, [args.input])
+    check_output_files({"--output": args.output, "--report": args.report}, [args.input])
     judge = accuracy_judge(cfg.reference_key)
     kept, report = filter_samples(read_jsonl(args.input, check_images=False), judge, cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))

@@ -63,6 +63,15 @@ def refuse_overwriting(outputs: Mapping[str, PathLike | None], inputs: Iterable[
             raise ConfigError(f"{flag_a} {a} and {flag_b} {b} name the same file: one would overwrite the other")
 
 
+def check_output_files(outputs: Mapping[str, PathLike | None], inputs: Iterable[PathLike | None]) -> None:
+    """refuse_overwriting, and a ConfigError for an output file flag naming a folder: found now, not once the work
+    is done and the file is opened."""
+    refuse_overwriting(outputs, inputs)
+    for flag, path in outputs.items():
+        if path and os.path.isdir(path):
+            raise ConfigError(f"{flag} {path} is a folder: name the file to write")
+
+
 def print_report(report: dict[str, Any], path: str | None, summary: str) -> None:
     """The JSON report to `path` (and a one-line summary to stdout), or the report itself to stdout."""
     text = json.dumps(report, indent=1)

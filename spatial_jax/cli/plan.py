@@ -41,11 +41,11 @@ def _prepare_jax(topology: str | None) -> None:
 def run(args) -> int:
     _prepare_jax(args.topology)
     from spatial_jax.cli.job_config import default_config, load_job
-    from spatial_jax.cli.outputs import refuse_overwriting
+    from spatial_jax.cli.outputs import check_output_files
     from spatial_jax.config import ConfigError
 
     cfg = load_job(args.config, args.overrides)
-    refuse_overwriting({"--json": args.json}, [args.config])
+    check_output_files({"--json": args.json}, [args.config])
     topology = args.topology or cfg.plan.target
     if not topology:
         raise ConfigError("name a target: --topology v5p:2x4x4 (or cpu:N, gpu:h100x8), or plan.target in the config")

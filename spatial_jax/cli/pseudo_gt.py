@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from spatial_jax.cli.outputs import refuse_overwriting
+from spatial_jax.cli.outputs import check_output_files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
-    refuse_overwriting({"--output": args.output}, [args.input])
+    check_output_files({"--output": args.output}, [args.input])
     samples = read_jsonl(args.input)
     extractor = extract_phrases
     if args.extractor_url:

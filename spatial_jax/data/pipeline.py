@@ -185,6 +185,15 @@ def load_visuals(sample: Sample, video_cfg: VideoProcessingConfig = VideoProcess
     return Visuals([], np.stack(frames), idx, float(v.fps))
 
 
+def check_visuals(source: Sequence[Sample], max_image_pixels: int | None = None) -> None:
+    """Decodes every image file and video of `source` once, as its batches will: one that cannot be read or decoded,
+    or is over max_image_pixels, fails now (a DatasetError naming the row and the file), not at the batch that first
+    reads it. Images held in memory (the synthetic world) need no decoding."""
+    for sample in source:
+        if sample.video is not None or any(isinstance(ref, str) for ref in sample.image_refs):
+            load_visuals(sample, max_image_pixels=max_image_pixels)
+
+
 def encode_visuals(sample: Sample, vis: Visuals, image_cfg: Any, video_cfg: VideoProcessingConfig,
                    preprocess_fn: PreprocessFn = preprocess) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
     """(pixel_values, item grids [items, 3], tokens per image, the video's placeholder text ([] without one))."""

@@ -328,8 +328,18 @@ def _file(name: str, field: str, base_dir: str | Path | None, check: bool) -> st
     except OSError as e:  # a name too long for the file system, say; is_file only hides "no such file"
         raise DatasetError(f"field '{field}': cannot use {brief(str(path))}: {e.strerror or e}") from None
     if missing:
-        raise DatasetError(f"field '{field}': file {brief(str(path))} does not exist")
+        raise DatasetError(f"field '{field}': {brief(str(path))} {not_a_file(path)}")
     return str(path)
+
+
+def not_a_file(path: Path) -> str:
+    """Why a path that is no regular file cannot be read as one: a folder, or a device or pipe (/dev/zero would be
+    read without end), is named as such, not as missing."""
+    if path.is_dir():
+        return "is a folder, not a file"
+    if path.exists():
+        return "is not a regular file (a device or a pipe)"
+    return "does not exist"
 
 
 def _files(raw: Any, field: str, base_dir: str | Path | None, check: bool) -> tuple[str, ...]:

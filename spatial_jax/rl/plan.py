@@ -17,6 +17,7 @@ a GPU, so a GPU target gets an analytic estimate instead, labelled as such (`est
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 import re
@@ -92,6 +93,11 @@ class Target:
     devices: tuple = ()  # empty for a GPU target (nothing to compile for)
 
 
+def tpu_compiler_installed() -> bool:
+    """Whether jax finds libtpu: the libtpu package, or a library named by TPU_LIBRARY_PATH."""
+    return importlib.util.find_spec("libtpu") is not None or os.path.isfile(os.environ.get("TPU_LIBRARY_PATH", ""))
+
+
 def parse_target(name: str) -> Target:
     """`v5p:2x4x4` (TPU topology), `cpu:N` or `gpu:h100x8`; ConfigError naming what is wrong."""
     kind, _, rest = name.partition(":")
@@ -119,8 +125,11 @@ def parse_target(name: str) -> Target:
 
         devices = topologies.get_topology_desc(platform="tpu", topology_name=name).devices
     except Exception as err:  # no libtpu, or a shape libtpu does not know
-        raise ConfigError(f"--topology {name}: the TPU compiler cannot describe it ({' '.join(str(err).split())[:300]}"
-                          "); install the tpu extra (pip install 'jax[tpu]') for TPU targets") from None
+        if not tpu_compiler_installed():
+            raise ConfigError(f"--topology {name}: compiling for a TPU target needs libtpu; install the tpu extra "
+                              "(pip install -e '.[tpu]')") from None
+        raise ConfigError(f"--topology {name}: libtpu cannot describe this slice ({' '.join(str(err).split())[:300]})"
+                          ) from None
     return Target(name, "tpu", kind, len(devices), TPU_HBM_GIB[kind] * GiB, tuple(devices))
 
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.config import ConfigError, to_dict
-from spatial_jax.data.pipeline import Batch, DataIterator, open_source
+from spatial_jax.data.pipeline import Batch, DataIterator, check_visuals, open_source
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
@@ -71,15 +71,17 @@ def inputs(cfg: TrainConfig) -> dict[str, str]:
 
 
 def open_inputs(cfg: TrainConfig) -> None:
-    """Opens every source the job reads (a JSONL file is read and each row checked), so a broken one fails at start
-    instead of after a stage; DatasetError names the key, the file and the line."""
+    """Opens every source the job reads (a JSONL file is read, each row checked and its images and videos decoded),
+    so a broken one fails at start instead of after a stage; DatasetError names the key, the file and the line."""
     for key, spec in inputs(cfg).items():
         try:
             source = open_source(spec, cfg.data.synthetic)
+            if len(source) == 0:
+                raise DatasetError(f"{spec} holds no sample")
+            if not spec.startswith("synthetic:"):  # drawn in memory: nothing to decode
+                check_visuals(source, cfg.data.max_image_pixels)
         except DatasetError as e:
             raise DatasetError(f"{key}: {e}") from None
-        if len(source) == 0:
-            raise DatasetError(f"{key}: {spec} holds no sample")
 
 
 def check_host_split(cfg: TrainConfig, processes: int) -> None:

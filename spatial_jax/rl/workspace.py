@@ -22,6 +22,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spatial_jax.config import ConfigError, from_dict, to_dict
+from spatial_jax.data.pipeline import video_config
+from spatial_jax.data.processor_files import write_processor_configs
 from spatial_jax.digests import sha256
 from spatial_jax.distributed import barrier, is_primary
 from spatial_jax.models.hf_io import save_pretrained
@@ -230,13 +232,16 @@ class Workspace:
         return int(meta["step"]), state["opt"], True
 
     def export(self, out: str | Path, dtype: str | None = None) -> Path:
-        """The policy as it is now, as a Hugging Face checkpoint in `out` (adapters merged, the tokenizer beside it)
-        that transformers loads and `policy.checkpoint` takes. Every process takes part (the weights may be sharded
-        across them, models/hf_io.save_pretrained); the first writes, and all return once the files are complete."""
+        """The policy as it is now, as a Hugging Face checkpoint in `out` (adapters merged; the tokenizer and the image
+        and video processors' settings beside it) that transformers loads and `policy.checkpoint` takes. Every process
+        takes part (the weights may be sharded across them, models/hf_io.save_pretrained); the first writes, and all
+        return once the files are complete."""
         out = Path(out)
         if self.primary:
             out.mkdir(parents=True, exist_ok=True)
             self.tok.save(out)
+            image_cfg = self.policy.image_cfg
+            write_processor_configs(out, image_cfg, video_config(image_cfg, None))
         save_pretrained(self.model, out, dtype=dtype)
         barrier("export")
         return out

@@ -55,6 +55,8 @@ def load(name: str, root: str | Path) -> list[BenchRecord]:
     if name not in LOADERS:
         raise BenchmarkError(f"unknown benchmark {name!r}; known: {sorted(LOADERS)}")
     records = LOADERS[name](Path(root))
+    if not records:  # else every response would read as another benchmark's
+        raise BenchmarkError(f"{name}: the copy at {root} holds no record")
     seen: set[str] = set()
     for r in records:
         if r.id in seen:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spatial_jax.data.jsonl import text_lines
-from spatial_jax.data.sample import DatasetError
+from spatial_jax.data.sample import DatasetError, not_a_file
 from spatial_jax.records import brief
 
 # An image as the copy holds it: a file path, or the encoded bytes of an embedded image (decoded when used).
@@ -191,7 +191,7 @@ def local_file(root: Path, rel: str, where: Where, key: str) -> str:
     """`root/rel`, which must exist (an image or video the record names)."""
     path = (root / rel) if not Path(rel).is_absolute() else Path(rel)
     if not path.is_file():
-        raise where.error(f"field '{key}' names {path}, which does not exist")
+        raise where.error(f"field '{key}' names {path}, which {not_a_file(path)}")
     return str(path)
 
 
