@@ -105,9 +105,11 @@ def test_sigint_during_a_save_names_the_step_and_a_rerun_resumes(tmp_path, monke
     _resumes(run, 3, capsys)
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_save(tmp_path, capsys):
     """Files past 256 KiB fail to write (RLIMIT_FSIZE: EFBIG, as ENOSPC, from tensorstore's threads), which the
-    checkpoint's array files are and the run's other files are not."""
+    checkpoint's array files are and the run's other files are not. tensorstore's callbacks of the failed writes
+    print tracebacks through sys.unraisablehook, which pytest turns into a warning, here an error."""
     run = tmp_path / "run"
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
     xfsz = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process dying

@@ -19,7 +19,9 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +52,26 @@ def _not_orbax_error(record: logging.LogRecord) -> bool:
     return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
+def _closed_loop_hook(previous):
+    def hook(unraisable) -> None:
+        e = unraisable.exc_value
+        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+            return  # tensorstore reporting more failed writes to orbax's event loop, closed by the first failure
+        previous(unraisable)
+
+    hook.quiets_closed_loop = True
+    return hook
+
+
 def _quiet_orbax_errors() -> None:
-    """Drops the errors orbax logs from its save threads (absl's logger): the same error is raised again on the
-    next save, wait or close, where it becomes one SaveFailed line."""
+    """Drops the errors orbax logs from its save threads (absl's logger), and tensorstore's tracebacks of the same
+    failure once orbax's event loop is closed: the error is raised again on the next save, wait or close, where it
+    becomes one SaveFailed line."""
     logger = logging.getLogger("absl")
     if _not_orbax_error not in logger.filters:
         logger.addFilter(_not_orbax_error)
+    if not getattr(sys.unraisablehook, "quiets_closed_loop", False):
+        sys.unraisablehook = _closed_loop_hook(sys.unraisablehook)
 
 
 def write_checksums(step_dir: Path) -> None:
@@ -92,12 +108,18 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300] if text else ''}"
 
 
+# tensorstore's words for a failed write, among paths and specs: "Failed to write 60285 bytes to file 6: No space
+# left on device [os_error_code='28']"
+_OS_ERROR = re.compile(r"[^\":]*: [^\":\[]*\[os_error_code='?\d+'?\]")
+
+
 def _write_error(e: BaseException) -> str:
-    """One line for a save error: the system's words, without the path tensorstore quotes before them ("...ocdbt":
-    Failed to write 3479442 bytes to file 4: No space left on device [os_error_code='28'])."""
+    """One line for a save error: the system's words, without the paths and specs tensorstore puts around them."""
     if isinstance(e, OSError) and e.strerror:
         return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
-    return " ".join(str(e).split()).rsplit('": ', 1)[-1][-300:]
+    text = " ".join(str(e).split())
+    found = _OS_ERROR.search(text)
+    return found.group(0).strip() if found else text[:300]
 
 
 def abstract_like(target: Any) -> Any:
