@@ -16,9 +16,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(KeyboardInterrupt):
-    """The job got SIGINT or SIGTERM; `where` says where it stopped and how to go on
-    (" at step 5; rerun to resume"). A KeyboardInterrupt, so no
-    `except Exception` on its way swallows it."""
+    """The job got SIGINT or SIGTERM; `where` says where it stopped and how to go on (" at step 5; rerun to
+    resume"). A KeyboardInterrupt, so no `except Exception` on its way swallows it."""
 
     def __init__(self, signum: int, where: str = ""):
         super().__init__(signum, where)
@@ -30,6 +29,7 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
     def at(self, where: str) -> Interrupted:
+        """The same signal, saying where."""
         return Interrupted(self.signum, where)
 
     def __str__(self) -> str:
@@ -45,9 +45,12 @@ def raising() -> Iterator[None]:
         return
     before = {s: signal.getsignal(s) for s in SIGNALS}
 
+    def restore() -> None:
+        for s, was in before.items():
+            signal.signal(s, signal.SIG_DFL if was is None else was)  # None: set outside Python, taken as default
+
     def handler(signum, frame):
-        for s in SIGNALS:
-            signal.signal(s, before[s] if before[s] is not None else signal.SIG_DFL)
+        restore()
         raise Interrupted(signum)
 
     for s in SIGNALS:
@@ -55,5 +58,4 @@ def raising() -> Iterator[None]:
     try:
         yield
     finally:
-        for s in SIGNALS:
-            signal.signal(s, before[s] if before[s] is not None else signal.SIG_DFL)
+        restore()
