@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from spatial_jax import config as C
+from spatial_jax.cli import one_line_errors
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.report import correct_by_id, read_json
 from spatial_jax.rl.train import train
@@ -174,10 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=None, help="RESULTS.md to write the table into")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_args(argv)
-    C.load(TrainConfig, args.config, args.overrides)  # a bad setting fails before any run
+    return one_line_errors("learning.py", lambda: measure(args))
+
+
+def measure(args: argparse.Namespace) -> int:
+    for seed in args.seeds:  # a bad setting, of any run, fails before the first
+        for extra in [["rl.steps=0"], *(extra for _, extra in VARIANTS.values())]:
+            C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, *extra])
     if args.results and not Path(args.results).is_file():
-        p.error(f"--results {args.results}: no such file (the table goes into an existing RESULTS.md)")
+        raise C.ConfigError(f"--results {args.results}: no such file (the table goes into an existing RESULTS.md)")
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     per_seed = [run_seed(args.config, out, s, list(args.overrides)) for s in args.seeds]
     minutes = (time.perf_counter() - t0) / 60

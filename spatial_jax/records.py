@@ -17,6 +17,9 @@ ENTROPY_LIMIT = 1e6
 ENTROPY_ROUNDING = 1e-4
 INT64_MAX = 2**63 - 1
 FLOAT_MAX = sys.float_info.max
+# Boxes one record may hold, given (gt_boxes) or predicted (box lines in its completion). Matching them costs about
+# the product of the two counts (20,000 each: minutes for one line); a scene holds tens.
+MAX_BOXES = 1024
 
 
 class RecordError(ValueError):
@@ -83,6 +86,10 @@ class Rollout:
         if not isinstance(question, str):
             raise RecordError("field 'question' must be a string")
         group = _key(obj.get("group"), "group")
+        predicted = obj["completion"].count('"bbox_2d"')
+        if predicted > MAX_BOXES:
+            raise RecordError(f"field 'completion' holds {predicted} boxes, more than the {MAX_BOXES} a record may "
+                              "hold")
         return Rollout(
             id=rid or "",
             completion=obj["completion"],
@@ -142,6 +149,8 @@ def parse_gt_boxes(raw: Any, require_label: bool = False) -> tuple[GTBox, ...]:
         return ()
     if not isinstance(raw, list):
         raise RecordError("field 'gt_boxes' must be a list")
+    if len(raw) > MAX_BOXES:
+        raise RecordError(f"field 'gt_boxes' holds {len(raw)} boxes, more than the {MAX_BOXES} a record may hold")
     out = []
     for i, b in enumerate(raw):
         where = f"gt_boxes[{i}]"

@@ -63,12 +63,6 @@ def test_table_has_every_row_and_replaces_its_section(tmp_path):
     assert body.count(learning.BEGIN) == 1 and "second" in body and "first" not in body and "before" in body
 
 
-def test_a_missing_results_file_fails_before_any_run(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        learning.main(["--results", str(tmp_path / "nope.md"), "rl.steps=0"])
-    assert exit_.value.code == 2 and "no such file" in capsys.readouterr().err
-
-
 def test_quartiles_count_the_seeds_in_which_iou_falls():
     assert learning.falls([0.8, 0.7, 0.6, 0.5]) == (True, True)
     assert learning.falls([0.81, 0.86, 0.87, 0.71]) == (True, False)  # Q1 > Q4, not at every step
@@ -99,3 +93,18 @@ def test_figures_read_the_rows_train_wrote(tmp_path):
     got = learning.evaluated(tmp_path, "rl", _summary(0.5))
     assert got["correct"] == {"q1": 1.0, "q2": 0.0} and got["quartiles"] == [0.8, 0.7, 0.6, 0.5]
     assert learning.evaluated(tmp_path, "sft", _summary(0.5))["correct"] == {}  # not written: no rows, no crash
+
+
+@pytest.mark.parametrize("argv, status, message", [
+    (["rl.steps=-1"], 2, "learning.py: configuration error: rl.steps must lie in [0, 2147483647], got -1"),
+    (["--seeds", "0", "-1"], 2, "learning.py: configuration error: seed must lie in [0, 2147483647], got -1"),
+    (["--config", "nope.toml"], 2, "learning.py: configuration error: config file nope.toml does not exist"),
+    (["--results", "/nonexistent/RESULTS.md"], 2,
+     "learning.py: configuration error: --results /nonexistent/RESULTS.md: no such file"),
+    (["--out", "/dev/null/x"], 1, "learning.py: [Errno 20] Not a directory: '/dev/null/x'"),
+])
+def test_argument_errors_are_one_line_before_any_run(argv, status, message, monkeypatch, capsys):
+    monkeypatch.setattr(learning, "run_seed", lambda *a: pytest.fail("a run started"))
+    assert learning.main(argv) == status
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err

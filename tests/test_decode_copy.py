@@ -170,3 +170,13 @@ def test_a_process_decodes_its_block_as_one_process_decodes_the_batch(policy):
         assert all(isinstance(b, str) for b in blanks)
         for ours, theirs in zip(got.scores, whole.scores[rows]):
             assert ours == pytest.approx(theirs, abs=1e-5)
+
+
+def test_an_auto_copy_takes_the_compute_dtype_not_the_parameter_dtype():
+    """float32 master weights computing in bfloat16: the copy samples from bfloat16 weights, as the policy computes."""
+    tok = build_tokenizer(768)
+    cfg = ModelConfig.tiny(tok.vocab_size, **tok.model_token_ids(), dtype="bfloat16", param_dtype="float32")
+    model = Qwen3VL(cfg, rngs=nnx.Rngs(0))
+    copy = DecodeCopy(model, DecodeConfig(), make_mesh(1, 1, 1))
+    assert copy.dtype == jnp.bfloat16
+    assert {x.dtype for x in jax.tree.leaves(nnx.state(copy.model, nnx.Param))} == {jnp.dtype(jnp.bfloat16)}

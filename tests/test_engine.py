@@ -102,6 +102,7 @@ def test_page_exhaustion_waits_for_pages_or_fails_clearly(tiny, batch):  # noqa:
     for r, (rnd,) in enumerate(rounds):
         np.testing.assert_array_equal(rnd.tokens, ref.tokens[r])
     assert engine.stats["paused"] > 0 and engine.stats["restarts"] > 0  # the pool ran short: waits and a restart
+    assert engine.free_pages == list(range(paged.SCRATCH_PAGE + 1, engine.pages))  # every page back, once
     small = Engine(model, GREEDY, max_len=_max_len(ids), pages=2, **SMALL)  # one page: not even a prompt fits
     with pytest.raises(RuntimeError, match="KV page pool exhausted"):
         small.run(reqs)

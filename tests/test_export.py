@@ -169,3 +169,33 @@ def test_the_export_carries_the_processors_with_the_runs_pixel_budget(tmp_path):
     from transformers import AutoProcessor
 
     assert AutoProcessor.from_pretrained(out).image_processor.size.longest_edge == 5000
+
+
+def test_the_export_is_written_in_the_dtype_asked(tmp_path):
+    """save_pretrained(dtype=...) writes that dtype (float32 master weights exported as bfloat16), in every tensor's
+    safetensors header and in config.json; the default is the parameter dtype."""
+    import json
+    import struct
+
+    from flax import nnx
+
+    from spatial_jax.data.tokenizer import build_tokenizer
+    from spatial_jax.models import ModelConfig, Qwen3VL
+    from spatial_jax.models.hf_io import save_pretrained
+
+    tok = build_tokenizer(768)
+    model = Qwen3VL(ModelConfig.tiny(tok.vocab_size, **tok.model_token_ids()), rngs=nnx.Rngs(0))
+
+    def header_dtypes(folder):
+        found = set()
+        for shard in folder.glob("*.safetensors"):
+            with open(shard, "rb") as f:
+                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+            found |= {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+        return found
+
+    save_pretrained(model, tmp_path / "half", dtype="bfloat16")
+    assert header_dtypes(tmp_path / "half") == {"BF16"}
+    assert json.loads((tmp_path / "half" / "config.json").read_text())["dtype"] == "bfloat16"
+    save_pretrained(model, tmp_path / "full")
+    assert header_dtypes(tmp_path / "full") == {"F32"}

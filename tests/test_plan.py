@@ -87,6 +87,23 @@ def test_gpu_target_is_an_estimate_from_the_same_layout(tmp_path, capsys, cpu_re
     assert 0.9 < est["rl_update"]["argument"] / compiled["rl_update"]["argument"] < 1.1
 
 
+def test_a_gpu_estimate_plans_only_the_programs_named(tmp_path, capsys):
+    code, report, _ = _plan(tmp_path, capsys, "gpu:h100x8", programs=("sft_update", "rollout_decode"))
+    assert code == 0 and {p["name"] for p in report["programs"]} == {"sft_update", "rollout_decode"}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rl.prompts_per_step=100000000", "rl.micro_batch=0", "rl.steps=1"],
+     "rl.prompts_per_step x rl.group_size: a batch of 200000000 rows"),
+    (["sft.batch_size=1000000000"], "sft.batch_size: a batch of 1000000000 rows x 64 tokens"),
+    (["rl.sampling.max_new_tokens=1000000000"], "exceed the policy's context of 32768 positions"),
+])
+def test_absurd_batch_sizes_are_refused_before_any_array_is_built(overrides, message, tmp_path, capsys):
+    """numpy asked for terabytes before (an out-of-memory traceback, or the host's memory taken)."""
+    code, report, printed = _plan(tmp_path, capsys, "gpu:h100x8", *overrides)
+    assert code == 2 and report is None and message in printed.err and "Traceback" not in printed.err
+
+
 def test_compiler_refusal_is_read_as_the_programs_need():
     # XLA:TPU's own words for spatialcore_8b full fine-tuning on v5p:2x2x1, mesh.fsdp=4, no remat
     message = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
@@ -98,6 +115,7 @@ def test_compiler_refusal_is_read_as_the_programs_need():
 @pytest.mark.parametrize("bad, message", [
     (["--topology", "v9z:2x2"], "unknown target"),
     (["--topology", "cpu:64"], "host device"),
+    (["--topology", "cpu:100000"], "at most cpu:1024 host devices"),  # jax would take hours making them
     (["--topology", "gpu:h100"], "gpu:<chip>x<count>"),
     (["--topology", "cpu:2", "mesh.fsdp=4"], "has 2 chips"),
     (["--topology", "cpu:2", "--hbm", "0"], "--hbm must be > 0"),

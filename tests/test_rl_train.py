@@ -353,3 +353,33 @@ def test_grpo_update_moves_sequences_the_advantages_way(tmp_path):
             opt_state, _ = job.update(step, comps, adv, tx, 1, opt_state, 1.0)
             moved = sequence_logp(comps) - before
             assert np.corrcoef(adv, moved)[0, 1] > 0.7 and float(adv @ moved) > 0, (adv, moved)
+
+
+def test_advantages_are_normalised_within_each_group(tmp_path, monkeypatch):
+    """GRPO's core: rl_step turns rollout r's reward into an advantage against its own group (prompt r // G), not
+    the whole batch. Group 0's rewards sit far above group 1's; normalised over the batch, every rollout of group 0
+    would get a positive advantage."""
+    from spatial_jax.rewards.advantages import group_advantages
+    from spatial_jax.rl.train import Trainer
+    from spatial_jax.rollout.collect import Collected
+
+    job = Trainer(tiny(tmp_path, "rl.prompts_per_step=2", "rl.group_size=4"), record_config=False)
+    rewards = [10.0, 11.0, 12.0, 13.0, 0.0, 2.0, 1.0, 3.0]
+    collected = Collected(completions=None, rollouts=[], scores=[{"reward": r} for r in rewards], decoded=8)
+    monkeypatch.setattr(job, "collect", lambda *a: collected)
+    seen = {}
+
+    class Updated(Exception):
+        pass
+
+    def update(step, comps, adv, *rest):
+        seen["adv"] = adv
+        raise Updated
+
+    monkeypatch.setattr(job, "update", update)
+    batch = type("Batch", (), {"records": [None, None]})()
+    with pytest.raises(Updated):
+        job.rl_step(0, batch, job.cfg.rl.sampling, None, 1, None)
+    expected = np.asarray(group_advantages(jax.numpy.asarray(np.reshape(rewards, (2, 4)), jax.numpy.float32)))
+    np.testing.assert_allclose(seen["adv"], expected.reshape(-1), rtol=1e-6)
+    assert (seen["adv"][:4] < 0).sum() == 2 and (seen["adv"][4:] < 0).sum() == 2

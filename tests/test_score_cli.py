@@ -226,3 +226,21 @@ def test_impossible_traces_are_malformed_lines(tmp_path, rollouts, capsys):
     assert f"{path}:2: bad record: field 'token_offsets[0]'" in captured.err
     assert f"{path}:3: bad record: field 'token_entropies[0]'" in captured.err
     assert "scored 1" in captured.out and "malformed lines 2" in captured.out
+
+
+@pytest.mark.parametrize("field", ["gt_boxes", "completion"])
+def test_a_line_with_too_many_boxes_is_a_named_bad_record(field, tmp_path, capsys):
+    """20,000 boxes on one line took minutes to match; past MAX_BOXES the line is refused, naming the field."""
+    from spatial_jax.records import MAX_BOXES
+
+    boxes = [{"bbox_2d": [i % 900, 10, i % 900 + 50, 60], "label": f"o{i}"} for i in range(MAX_BOXES + 1)]
+    row = {"id": "x", "question": "Q?", "options": ["a", "b"], "answer": "A", "completion": "<think></think>A"}
+    if field == "gt_boxes":
+        row["gt_boxes"] = boxes
+    else:
+        row["completion"] = "<think>\n" + "\n".join(json.dumps(b) for b in boxes) + "\n</think>A"
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert main(["score", "--method", "spatialcore", "--input", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert f"{path}:1: bad record: field '{field}' holds {MAX_BOXES + 1} boxes, more than the {MAX_BOXES}" in err

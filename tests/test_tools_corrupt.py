@@ -151,3 +151,20 @@ def test_cli_writes_the_dataset_and_the_report(tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text()) == report
     assert main(["corrupt", "--input", str(data), "--output", str(out), "--fraction", "2"]) == 2
     assert "fraction must lie in [0, 1]" in capsys.readouterr().err
+
+
+def test_relabels_never_take_the_label_of_an_invalid_box():
+    """A box of validity 0 is no object of the scene: its label is never given to another box (and a sample whose
+    only other label is such a box's falls back to the other kinds)."""
+    s = Sample(id="x", image="i.png", question="q", options=("a",), answer="A",
+               gt_boxes=(GTBox((0.0, 0.0, 500.0, 500.0), "cup", 1.0), GTBox((500.0, 500.0, 900.0, 900.0), "dog", 0.5),
+                         GTBox((100.0, 600.0, 300.0, 900.0), "ghost", 0.0)))
+    new_labels = set()
+    for seed in range(40):
+        out, _ = corrupt([s], CorruptConfig(fraction=1.0, seed=seed))
+        new_labels |= {r["new_label"] for r in out[0].meta["corruption"] if r["kind"] == "relabelled"}
+    assert new_labels == {"cup", "dog"}
+    only_ghost = dataclasses.replace(s, gt_boxes=s.gt_boxes[::2])  # cup, and the invalid ghost
+    for seed in range(20):
+        out, _ = corrupt([only_ghost], CorruptConfig(fraction=1.0, seed=seed))
+        assert all(r["label"] == "ghost" for r in out[0].meta["corruption"] if r["kind"] == "relabelled")

@@ -361,3 +361,20 @@ def test_cli_reports_bad_arguments_and_inputs(tmp_path, capsys):
     assert main(["pseudo-gt", "--input", str(tmp_path / "bad.jsonl"), "--output", str(tmp_path / "o.jsonl"),
                  "--detector", str(tmp_path)]) == 1
     assert "bad.jsonl:1: field 'image'" in capsys.readouterr().err
+
+
+def test_an_image_over_the_pixel_cap_is_refused_from_its_header(tmp_path):
+    """A 12,000 x 12,000 image (over data.max_image_pixels' default, as the training job refuses it) is a DatasetError
+    naming the row before the detector sees it; the detector took minutes over one before."""
+    from PIL import Image
+
+    data = _dataset(tmp_path, n=2)
+    Image.new("1", (12_000, 12_000)).save(tmp_path / "images" / "1.png")  # 1 bit a pixel: small to write
+    samples = read_jsonl(data)
+    detector = FakeDetector()
+    with pytest.raises(DatasetError, match=r"images/1.png: 12000x12000 = 144000000 pixels, over "
+                                           r"data.max_image_pixels = 89478485"):
+        annotate(samples, tmp_path / "out.jsonl", detector, cfg=PseudoGTConfig(batch_size=1), progress=False)
+    assert detector.calls == 1  # the first row's; none for the large one
+    with pytest.raises(ValueError, match="max_image_pixels must be >= 1"):
+        PseudoGTConfig(max_image_pixels=0)

@@ -14,8 +14,13 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from spatial_jax.cli import one_line_errors
+from spatial_jax.config import ConfigError, FieldError
 from spatial_jax.data import prompts, synthetic
 from spatial_jax.methods import METHODS
+
+# a contact sheet to look at: past these it is no preview (and the sheet's pixels grow with num x (size x scale)^2)
+MAX_NUM, MAX_SIDE = 64, 4096
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,13 +34,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corrupt-fraction", type=float, default=0.0)
     p.add_argument("--method", default="spatialcore", choices=sorted(METHODS))
     args = p.parse_args(argv)
-    cfg = synthetic.SyntheticConfig(
-        width=args.size,
-        height=args.size,
-        seed=args.seed,
-        corrupt_fraction=args.corrupt_fraction,
-        question_types=synthetic.QUESTION_TYPES,
-    )
+    return one_line_errors("make_synthetic.py", lambda: preview(args))
+
+
+def preview(args: argparse.Namespace) -> int:
+    if not 1 <= args.num <= MAX_NUM:
+        raise ConfigError(f"--num must lie in [1, {MAX_NUM}], got {args.num}")
+    if args.scale < 1 or args.size * args.scale > MAX_SIDE:
+        raise ConfigError(f"--scale must be >= 1 with --size x --scale <= {MAX_SIDE} pixels, got {args.scale} "
+                          f"(--size {args.size})")
+    try:
+        cfg = synthetic.SyntheticConfig(
+            width=args.size,
+            height=args.size,
+            seed=args.seed,
+            corrupt_fraction=args.corrupt_fraction,
+            question_types=synthetic.QUESTION_TYPES,
+        )
+    except FieldError as e:
+        flag = {"width": "--size", "height": "--size"}.get(e.field, "--" + e.field.replace("_", "-"))
+        raise ConfigError(f"{flag}: {e}") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     k = args.scale

@@ -1,8 +1,9 @@
 """The `spatial-jax` command: one thin module per subcommand in this package, each over library functions.
 
 An error the project anticipates (a bad setting, dataset or rollout record, an unreadable checkpoint, a file-system
-failure) reaches the user as one line, `spatial-jax <command>: <message>`, and a non-zero status: 2 for a
-configuration error, 1 for the others. Anything else is a bug and keeps its traceback.
+failure such as a full disk, SIGINT or SIGTERM) reaches the user as one line, `spatial-jax <command>: <message>`, and
+a non-zero status: 2 for a configuration error, 128 + the signal's number for a signal, 1 for the others. Anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 
 from spatial_jax.config import ConfigError
 from spatial_jax.data.sample import DatasetError
+from spatial_jax.interrupts import Interrupted, raising
 from spatial_jax.records import RecordError
 
 # subcommand -> (module, help); each module exposes add_arguments(parser) and run(args) -> int.
@@ -52,12 +55,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(chosen).parse_args(argv)
+    return one_line_errors(f"spatial-jax {args.command}", lambda: importlib.import_module(args._module).run(args))
+
+
+def one_line_errors(prog: str, run: Callable[[], int | None]) -> int:
+    """run()'s status, or for an anticipated error one line `<prog>: <message>` on stderr and its status (the
+    module doc); the tools' scripts use it too."""
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        with raising():
+            return int(run() or 0)
+    except Interrupted as e:  # SIGINT or SIGTERM: 128 + its number, as the shell says of a process it ended
+        print(f"{prog}: {e}", file=sys.stderr)
+        return e.status
     except ConfigError as e:
-        print(f"spatial-jax {args.command}: configuration error: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: configuration error: {_one_line(e)}", file=sys.stderr)
         return 2
     # OSError covers the run directory's files and an unreadable checkpoint (rl.checkpoint.CheckpointError)
     except (DatasetError, RecordError, OSError) as e:
-        print(f"spatial-jax {args.command}: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: {_one_line(e)}", file=sys.stderr)
         return 1

@@ -26,6 +26,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. mesh.fsdp=4")
 
 
+# jax makes every host device at its start, in time that grows faster than their number (4,096: 14 s), so a count
+# past this one would hang the command before anything is checked
+MAX_HOST_DEVICES = 1024
+
+
+def _check_host_devices(topology: str | None) -> None:
+    from spatial_jax.config import ConfigError
+
+    kind, _, count = (topology or "").partition(":")
+    if kind == "cpu" and count.isdigit() and int(count) > MAX_HOST_DEVICES:
+        raise ConfigError(f"--topology {topology}: at most cpu:{MAX_HOST_DEVICES} host devices; plan a larger "
+                          "machine by its TPU topology or gpu:<chip>x<count>")
+
+
 def _prepare_jax(topology: str | None) -> None:
     """Before jax is imported: compile on the host (targets are described, not used) and N host devices for cpu:N.
     A process that already runs jax is left as it is."""
@@ -39,6 +53,7 @@ def _prepare_jax(topology: str | None) -> None:
 
 
 def run(args) -> int:
+    _check_host_devices(args.topology)
     _prepare_jax(args.topology)
     from spatial_jax.cli.job_config import default_config, load_job
     from spatial_jax.cli.outputs import check_output_files

@@ -23,6 +23,7 @@ import numpy as np
 
 from spatial_jax.config import ConfigError, check_at_least, check_range
 from spatial_jax.data.jsonl import MalformedJSON, parse_line
+from spatial_jax.data.pipeline import DataConfig
 from spatial_jax.data.sample import DatasetError, Sample
 from spatial_jax.records import GTBox, brief
 
@@ -33,14 +34,16 @@ PhraseExtractor = Callable[[str, Sequence[str]], Sequence[str]]
 @dataclasses.dataclass(frozen=True)
 class PseudoGTConfig:
     """threshold: detections scored below it are dropped (A.3: 0.3). batch_size: samples per detector call, and per
-    flush of the output (what a kill can lose)."""
+    flush of the output (what a kill can lose). max_image_pixels: larger images are refused from their header, as
+    the training job refuses them (data.max_image_pixels), instead of the detector taking minutes over one."""
 
     threshold: float = 0.3
     batch_size: int = 8
+    max_image_pixels: int = DataConfig.max_image_pixels
 
     def __post_init__(self):
         check_range(self, "threshold", 0, 1)
-        check_at_least(self, batch_size=1)
+        check_at_least(self, batch_size=1, max_image_pixels=1)
 
 
 # ---------------------------------------------------------------- phrase extraction
@@ -436,7 +439,7 @@ def annotate(samples: Sequence[Sample], out: str | Path, detector: Detector,
             batch = todo[start: start + cfg.batch_size]
             phrases = [clean_phrases(extractor(s.question, s.options)) for s in batch]
             asked = [i for i, ps in enumerate(phrases) if ps]
-            images = {i: batch[i].load_image() for i in asked}
+            images = {i: batch[i].load_image(cfg.max_image_pixels) for i in asked}
             found = detector(list(images.values()), [phrases[i] for i in asked]) if asked else []
             for i, s in enumerate(batch):
                 boxes: tuple[GTBox, ...] = ()

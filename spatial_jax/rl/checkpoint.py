@@ -8,12 +8,20 @@ the SHA-256 of each of its files to <step>/checksums.json (when the next save st
 step without the file, from before checksums or a kill right after its commit, is read unchecked). A checkpoint
 damaged after the fact (a cut, missing or changed file) is skipped by `restore_newest` / `read_newest_meta`, which
 fall back to the newest one that reads back, and can be moved out of the way with `set_aside`.
+
+A save that fails (a full disk) raises SaveFailed, one line naming the step and the file-system error, when the
+next save starts or on wait / close; orbax's own logging of that error, a traceback per thread, is dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,36 @@ class CheckpointError(OSError):
 
 class ChecksumMismatch(OSError):
     """A checkpoint file whose bytes are not those written (or that is gone)."""
+
+
+class SaveFailed(OSError):
+    """A checkpoint could not be written (its partial files are removed); the message names the step and why."""
+
+
+def _not_orbax_error(record: logging.LogRecord) -> bool:
+    return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+def _closed_loop_hook(previous):
+    def hook(unraisable) -> None:
+        e = unraisable.exc_value
+        if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+            return  # tensorstore reporting more failed writes to orbax's event loop, closed by the first failure
+        previous(unraisable)
+
+    hook.quiets_closed_loop = True
+    return hook
+
+
+def _quiet_orbax_errors() -> None:
+    """Drops the errors orbax logs from its save threads (absl's logger), and tensorstore's tracebacks of the same
+    failure once orbax's event loop is closed: the error is raised again on the next save, wait or close, where it
+    becomes one SaveFailed line."""
+    logger = logging.getLogger("absl")
+    if _not_orbax_error not in logger.filters:
+        logger.addFilter(_not_orbax_error)
+    if not getattr(sys.unraisablehook, "quiets_closed_loop", False):
+        sys.unraisablehook = _closed_loop_hook(sys.unraisablehook)
 
 
 def write_checksums(step_dir: Path) -> None:
@@ -70,6 +108,20 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300] if text else ''}"
 
 
+# tensorstore's words for a failed write, among paths and specs: "Failed to write 60285 bytes to file 6: No space
+# left on device [os_error_code='28']"
+_OS_ERROR = re.compile(r"[^\":]*: [^\":\[]*\[os_error_code='?\d+'?\]")
+
+
+def _write_error(e: BaseException) -> str:
+    """One line for a save error: the system's words, without the paths and specs tensorstore puts around them."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    text = " ".join(str(e).split())
+    found = _OS_ERROR.search(text)
+    return found.group(0).strip() if found else text[:300]
+
+
 def abstract_like(target: Any) -> Any:
     """jax.ShapeDtypeStruct pytree (with each array's sharding) describing how to restore into `target`.
 
@@ -102,6 +154,8 @@ class Checkpointer:
         self.directory = Path(run_dir).absolute() / "checkpoints"
         self.save_interval = save_interval
         self._unsealed: int | None = None  # a step saved by this process whose checksums are not written yet
+        self._pending: int | None = None  # a step whose save was started and is not known to be committed yet
+        _quiet_orbax_errors()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             save_interval_steps=1,  # the interval is applied in save(): orbax would also save the first step
@@ -125,18 +179,37 @@ class Checkpointer:
         if not force and step % self.save_interval != 0:
             return False
         self._seal()  # orbax waits for the previous save here anyway
-        started = self._manager.save(
-            int(step),
-            args=ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}),
-            force=force,
-        )
+        self._pending = int(step)
+        with self._failing_as(int(step)):
+            started = self._manager.save(
+                int(step),
+                args=ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}),
+                force=force,
+            )
         if started and jax.process_index() == 0:
             self._unsealed = int(step)
         return started
 
+    @contextlib.contextmanager
+    def _failing_as(self, step: int):
+        """Any error of orbax's writing `step` becomes SaveFailed, once its partial files are removed."""
+        try:
+            yield
+        except (OSError, ValueError) as e:  # the file system's, and tensorstore's (ValueError) for the same
+            self._pending = self._unsealed = None
+            for partial in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(partial, ignore_errors=True)  # what a full disk needs back
+            newest = self._manager.latest_step()
+            kept = f"the newest checkpoint is step {newest}" if newest is not None else "there is no checkpoint yet"
+            raise SaveFailed(f"checkpoint step {step} could not be written in {self.directory} ({_write_error(e)}); "
+                             f"{kept}") from None
+
     def _seal(self) -> None:
         """Waits for a pending save and writes the checksums of the step it committed."""
-        self._manager.wait_until_finished()
+        if self._pending is not None:
+            with self._failing_as(self._pending):
+                self._manager.wait_until_finished()
+        self._pending = None
         step, self._unsealed = self._unsealed, None
         if step is not None and self.step_path(step).is_dir():
             write_checksums(self.step_path(step))
@@ -239,11 +312,18 @@ class Checkpointer:
 
     def close(self) -> None:
         """Waits for pending saves (and writes their checksums) and releases the manager's resources."""
-        self._seal()
-        self._manager.close()
+        try:
+            self._seal()
+        finally:
+            self._manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        if kind is None:
+            self.close()
+            return
+        # leaving on an error: the pending save is still committed, but the error in flight is the one to report
+        with contextlib.suppress(Exception):
+            self.close()

@@ -40,7 +40,7 @@ from spatial_jax.kernels import pallas as pallas_kernels
 from spatial_jax.models import ModelConfig, Qwen3VL, get_rope_index, load_config, prepare_vision_inputs
 from spatial_jax.models.sharding import logical_to_spec, make_mesh, variable_names
 from spatial_jax.rl import step as st
-from spatial_jax.rl.config import TrainConfig, validate
+from spatial_jax.rl.config import TrainConfig, check_context, validate
 from spatial_jax.rl.optim import make_optimizer
 from spatial_jax.rl.policy import image_config, trainable_filter
 from spatial_jax.rollout import engine, sampler
@@ -581,6 +581,28 @@ def over_message(report: Report) -> str:
             " (raise mesh.fsdp / mesh.tensor, set policy.remat_policy, or lower rl.micro_batch or rl.sampling.slots)")
 
 
+# The plan traces each program on a batch built on the host (token ids, masks, positions: int32 arrays of rows x
+# tokens). A recipe's batches hold a few million tokens; past this many the numbers are a typo's, and numpy would
+# fail allocating them (or take the host's memory) instead of the plan saying so.
+MAX_BATCH_TOKENS = 2**27
+
+
+def check_batches(cfg: TrainConfig) -> None:
+    """ConfigError naming the setting whose batch the plan cannot build: sequences past the policy's context, or
+    more than MAX_BATCH_TOKENS tokens in one batch."""
+    check_context(cfg, model_config(cfg).text.max_position_embeddings)
+    shapes, rc = Shapes.of(cfg), cfg.rl
+    batches = {}
+    if rc.steps > 0:  # the rollouts' rows at their full length: every update's micro-batch is a part of them
+        batches["rl.prompts_per_step x rl.group_size"] = (shapes.rollouts, shapes.cache)
+    if cfg.sft.steps > 0:
+        batches["sft.batch_size"] = (cfg.sft.batch_size, shapes.prompt)
+    for key, (rows, tokens) in batches.items():
+        if rows * tokens > MAX_BATCH_TOKENS:
+            raise ConfigError(f"{key}: a batch of {rows} rows x {tokens} tokens = {rows * tokens:,} tokens, more than "
+                              f"the {MAX_BATCH_TOKENS:,} a plan builds")
+
+
 def plan(cfg: TrainConfig, topology: str, *, config_name: str = "", only: tuple[str, ...] = (),
          hbm_gib: float | None = None) -> Report:
     """Compiles (TPU, CPU) or estimates (GPU) every program of `cfg`'s job for `topology`; see the module doc.
@@ -594,9 +616,11 @@ def plan(cfg: TrainConfig, topology: str, *, config_name: str = "", only: tuple[
         raise ConfigError(f"mesh data*fsdp*tensor = {cfg.mesh.data}*{cfg.mesh.fsdp}*{cfg.mesh.tensor} = "
                           f"{cfg.mesh.size} but {target.name} has {target.count} chips")
     validate(cfg, target.count)
+    check_batches(cfg)
     mesh_shape = (cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
     if target.platform == "gpu":
-        return Report(config_name, target, mesh_shape, estimate_gpu(cfg, target), estimate=True)
+        estimates = [p for p in estimate_gpu(cfg, target) if not only or p.name in only]
+        return Report(config_name, target, mesh_shape, estimates, estimate=True)
     mesh = make_mesh(*mesh_shape, devices=target.devices[: cfg.mesh.size])
     return Report(config_name, target, mesh_shape, programs(cfg, mesh, only, host_slice(target, mesh)))
 

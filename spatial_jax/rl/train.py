@@ -24,6 +24,7 @@ from spatial_jax.data.pipeline import Batch, DataIterator, check_visuals, open_s
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
+from spatial_jax.interrupts import Interrupted
 from spatial_jax.locks import PidLock
 from spatial_jax.rewards.advantages import group_advantages
 from spatial_jax.rewards.overlong import overlong_penalties
@@ -164,29 +165,37 @@ class Trainer(Workspace):
         tx = self.optimizer(name)
         schedule = lr_schedule(optim)
         updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
-        ck = Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every)
-        self.start_reference(name)
-        it = self.hosts.iterator(cfg.data, self.tok, self.method.prompt, batch_size, name, self.policy.image_cfg)
-        start, opt_state, resumed = self.restore(ck, tx.init(self.trainable), it)
-        if start == steps:  # finished: only hands its weights on
-            ck.close()
-            return
-        writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None, tensorboard=cfg.tensorboard,
-                               active=self.primary)
-        bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
-        saved_config = to_dict(cfg)  # goes with the weights: `eval` rebuilds the optimiser state and reference from it
-        data = data_digest(cfg, name)
-        self.batches = it
-        for step in range(start, steps):
-            metrics, opt_state = step_fn(step, next(it), tx, opt_state)
-            metrics["lr"] = float(schedule(step * updates))
-            bar.update(writer.log(step + 1, metrics))
-            ck.save(step + 1, self.state(opt_state), {"step": step + 1, "data": it.get_state(),
-                                                       "config": saved_config, "data_sha256": data},
-                    force=step + 1 == steps)
-        bar.close()
-        writer.close()
-        ck.close()
+        # leaving on an error (a bad row, a signal) still commits the pending save: the rerun resumes from it
+        with Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every) as ck:
+            self.start_reference(name)
+            it = self.hosts.iterator(cfg.data, self.tok, self.method.prompt, batch_size, name, self.policy.image_cfg)
+            start, opt_state, resumed = self.restore(ck, tx.init(self.trainable), it)
+            if start == steps:  # finished: only hands its weights on
+                return
+            writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None,
+                                   tensorboard=cfg.tensorboard, active=self.primary)
+            bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
+            saved_config = to_dict(cfg)  # with the weights: `eval` rebuilds the optimiser state and reference from it
+            data = data_digest(cfg, name)
+            done = start
+            self.batches = it
+            try:
+                for step in range(start, steps):
+                    metrics, opt_state = step_fn(step, next(it), tx, opt_state)
+                    metrics["lr"] = float(schedule(step * updates))
+                    bar.update(writer.log(step + 1, metrics))
+                    done = step + 1
+                    ck.save(step + 1, self.state(opt_state), {"step": step + 1, "data": it.get_state(),
+                                                               "config": saved_config, "data_sha256": data},
+                            force=step + 1 == steps)
+            except Interrupted as e:
+                ck.wait_until_finished()
+                kept = ck.latest_step()
+                then = f"from its checkpoint of step {kept}" if kept else "(the stage starts again: no checkpoint yet)"
+                raise e.at(f" at step {done} of the {name} stage; rerun to resume {then}") from None
+            finally:
+                bar.close()
+                writer.close()
 
     def sft(self) -> None:
         sc = self.cfg.sft
@@ -385,7 +394,10 @@ RUN_LOCK = "run.lock"
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """The job, holding the run directory's lock (taken by the first process of a cluster, which writes its files):
     a second job on the same directory is refused before it writes anything."""
-    if not is_primary():
-        return Trainer(cfg).run()
-    with PidLock(Path(cfg.run_dir) / RUN_LOCK, f"run directory {cfg.run_dir}"):
-        return Trainer(cfg).run()
+    try:
+        if not is_primary():
+            return Trainer(cfg).run()
+        with PidLock(Path(cfg.run_dir) / RUN_LOCK, f"run directory {cfg.run_dir}"):
+            return Trainer(cfg).run()
+    except Interrupted as e:
+        raise e if e.where else e.at("; rerun to resume") from None

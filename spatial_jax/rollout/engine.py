@@ -174,6 +174,7 @@ class Engine:
             raise ValueError(f"the pool needs the scratch page and at least one more, got pages={self.pages}")
         self.cache_dtype = cache_dtype
         self.peak_pages = 0  # the most pages (scratch excluded) in use at once in the last run
+        self.free_pages: list[int] = []  # the pool's free pages when the last run ended
         self.stats = {"chunks": 0, "paused": 0, "restarts": 0}  # of the last run: slots sitting a chunk out, ...
 
     @classmethod
@@ -285,6 +286,7 @@ class Engine:
                 else:
                     free.extend(reversed(s.pages))
                     slots[j] = _Slot()
+        self.free_pages = sorted(free)  # every page but the scratch one, once each: a page not handed back leaks
         return rounds
 
     def _check_fits(self, i: int, tokens: int) -> None:
