@@ -167,3 +167,23 @@ def test_sharded_restore(tmp_path):
         state4, _ = ckpt.restore({"w": jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=four), "b": b})
         assert state4["w"].sharding == four and state4["w"].addressable_shards[0].data.shape == (2, 4)
         np.testing.assert_array_equal(np.asarray(state4["w"]), np.arange(32.0).reshape(8, 4))
+
+
+@pytest.mark.parametrize(
+    "message, reason",
+    [
+        # the shape tensorstore gives for a failed chunk write
+        ("INTERNAL: Error writing \"a/b\": Failed to write 60285 bytes to file 6: No space left on device "
+         "[os_error_code='28'] [source locations='x.cc:1']", "No space left on device"),
+        # an error while opening a driver: the cause sits behind paths with colons, past the first 300 characters
+        ("OUT_OF_RANGE: Error opening \"zarr\" driver: Error writing \"p/.zarray\" in OCDBT database at local file "
+         f"\"/{'d' * 400}/\": {{\"kvstore\": {{\"path\": \"x\"}}}} [os_error_code=27]", "File too large"),
+        # no code at all, the words late in the text
+        (f"UNKNOWN: {'spec ' * 100} write failed: Disk quota exceeded", "Disk quota exceeded"),
+    ],
+)
+def test_a_write_error_names_the_systems_reason(message, reason):
+    from spatial_jax.rl.checkpoint import _write_error
+
+    line = _write_error(RuntimeError(message))
+    assert reason in line and "\n" not in line and len(line) < 320, line

@@ -16,6 +16,7 @@ next save starts or on wait / close; orbax's own logging of that error, a traceb
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -109,8 +110,12 @@ def _reason(e: BaseException) -> str:
 
 
 # tensorstore's words for a failed write, among paths and specs: "Failed to write 60285 bytes to file 6: No space
-# left on device [os_error_code='28']"
+# left on device [os_error_code='28']". Where the words around the code take another shape (an error while opening a
+# driver nests the cause behind more paths), the code alone still names the cause.
 _OS_ERROR = re.compile(r"[^\":]*: [^\":\[]*\[os_error_code='?\d+'?\]")
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)'?")
+# The system's reasons a write fails, looked for by their words when tensorstore gives no code.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO)
 
 
 def _write_error(e: BaseException) -> str:
@@ -119,7 +124,13 @@ def _write_error(e: BaseException) -> str:
         return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
     text = " ".join(str(e).split())
     found = _OS_ERROR.search(text)
-    return found.group(0).strip() if found else text[:300]
+    if found:
+        return found.group(0).strip()
+    code = _OS_ERROR_CODE.search(text)
+    if code:
+        return f"{os.strerror(int(code.group(1)))} (errno {code.group(1)}): {text[:200]}"
+    named = next((os.strerror(c) for c in _WRITE_ERRNOS if os.strerror(c) in text), None)
+    return f"{named}: {text[:200]}" if named else text[:300]
 
 
 def abstract_like(target: Any) -> Any:
