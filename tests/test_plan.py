@@ -232,3 +232,36 @@ def test_the_shared_prefix_update_is_planned_when_the_job_runs_it(tmp_path, caps
     assert figures["false"]["what"] == "4 rollouts x (64 + 16) tokens"
     assert figures["true"]["temp"] < figures["false"]["temp"]
     assert figures["true"]["flops"] < figures["false"]["flops"]
+
+
+def test_a_rollout_mesh_of_its_own_is_planned_beside_the_training_mesh(tmp_path, capsys):
+    """decode.devices (rl.rollout_mode=one_step_off's disaggregation): the update compiles on the training mesh's 4
+    devices, the rollouts on the 4 after them, with none of the trainer's state resident there; the GPU estimate
+    plans the same, and a rollout mesh past the one host it runs on is refused."""
+    code, report, printed = _plan(tmp_path, capsys, "cpu:8", "mesh.fsdp=4", "decode.devices=4",
+                                  "rl.rollout_mode=one_step_off", programs=["rl_update", "rollout_decode"])
+    assert code == 0, printed.err
+    by_name = _by_name(report)
+    assert report["rollout_devices"] == 4 and "rollouts on a mesh of their own, the 4 chips" in printed.out
+    assert by_name["rollout_decode"]["resident"] == 0 and "on 4 chips" in by_name["rollout_decode"]["what"]
+    code, shared, _ = _plan(tmp_path, capsys, "cpu:8", "mesh.fsdp=4", programs=["rollout_decode"])
+    assert _by_name(shared)["rollout_decode"]["resident"] > 0  # the trainer's state beside the copy
+    code, gpu, printed = _plan(tmp_path, capsys, "gpu:h100x8", "mesh.fsdp=4", "decode.devices=4")
+    assert code == 0 and gpu["estimate"] and _by_name(gpu)["rollout_prefill"]["resident"] == 0
+    code, _, printed = _plan(tmp_path, capsys, "gpu:h100x16", "mesh.tensor=8", "decode.devices=8")
+    assert code != 0 and "exceed a host's 8" in printed.err
+
+
+def test_a_rollout_mesh_of_its_own_is_refused_across_tpu_hosts():
+    """libtpu describes every TPU slice as hosts of 4 chips (v6e:2x4 is 2 of them); a rollout mesh of its own runs
+    on the training mesh's one host, so 4 + 4 chips there are refused, naming decode.devices=0 (one_step_off then
+    overlaps on the same chips)."""
+    pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]'): no XLA:TPU compiler")
+    from spatial_jax import config as C
+    from spatial_jax.config import ConfigError
+    from spatial_jax.rl import plan as pl
+    from spatial_jax.rl.config import TrainConfig
+
+    cfg = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=4", "decode.devices=4"])
+    with pytest.raises(ConfigError, match="span several: use decode.devices=0"):
+        pl.rollout_mesh_devices(cfg, pl.parse_target("v6e:2x4"))

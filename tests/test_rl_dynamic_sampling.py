@@ -102,7 +102,7 @@ def _run_step(job, rewards_of_round, lengths=None):
     asked, seen = [], {}
     key = job.method.accuracy_key
 
-    def collect(step, batch, sampling, round_=0):
+    def collect(step, batch, sampling, round_=0, decoder=None):
         asked.append((round_, batch.tag))
         comps = _completions(round_, prompts * G, prompt_width=4 + round_, width=12)
         if lengths is not None:

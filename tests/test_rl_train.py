@@ -365,7 +365,8 @@ def test_advantages_are_normalised_within_each_group(tmp_path, monkeypatch):
 
     job = Trainer(tiny(tmp_path, "rl.prompts_per_step=2", "rl.group_size=4"), record_config=False)
     rewards = [10.0, 11.0, 12.0, 13.0, 0.0, 2.0, 1.0, 3.0]
-    collected = Collected(completions=None, rollouts=[], scores=[{"reward": r} for r in rewards], decoded=8)
+    decoded = type("Decoded", (), {"mask": np.ones((8, 3), np.int32)})()  # only counted before the update
+    collected = Collected(completions=decoded, rollouts=[], scores=[{"reward": r} for r in rewards], decoded=8)
     monkeypatch.setattr(job, "collect", lambda *a, **k: collected)
     seen = {}
 

@@ -187,7 +187,7 @@ class Checkpointer:
             json.dumps(meta, allow_nan=False)
         except (TypeError, ValueError) as e:
             raise ValueError(f"meta must be JSON-serialisable (plain numbers, strings, lists, dicts): {e}") from e
-        if not force and step % self.save_interval != 0:
+        if not self.due(step, force):
             return False
         self._seal()  # orbax waits for the previous save here anyway
         self._pending = int(step)
@@ -200,6 +200,10 @@ class Checkpointer:
         if started and jax.process_index() == 0:
             self._unsealed = int(step)
         return started
+
+    def due(self, step: int, force: bool = False) -> bool:
+        """Whether `save(step, ..., force)` writes a checkpoint."""
+        return force or step % self.save_interval == 0
 
     @contextlib.contextmanager
     def _failing_as(self, step: int):

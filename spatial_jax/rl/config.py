@@ -126,7 +126,12 @@ class RLConfig:
     falls back to xla for those calls).
     overlong_penalty: DAPO's soft overlong punishment added to every rollout's reward (rewards/overlong.py, DAPO
     eq. 13; off unless cache > 0). dynamic_sampling: DAPO's dynamic sampling (rl/dynamic_sampling.py, DAPO Sec. 3.2):
-    groups whose rewards are all equal are dropped and more prompts sampled, up to max_rounds extra rounds."""
+    groups whose rewards are all equal are dropped and more prompts sampled, up to max_rounds extra rounds.
+    rollout_mode: "sync" samples a step's rollouts, then updates; "one_step_off" samples step k + 1's rollouts in a
+    thread while step k's update runs (rl/async_rollouts.py), on the decoding copy of the weights step k started
+    from (on a rollout mesh of its own with decode.devices > 0); the loss's ratio is then taken against that
+    behaviour policy's log-probs, one step stale. rollout_lag (one_step_off only): 1 overlaps as described; 0 starts
+    the next rollouts after the update, so nothing is stale and the run equals "sync" (the check of the pipeline)."""
 
     def __post_init__(self):
         check_range(self, "steps", 0, MAX_STEPS)
@@ -140,6 +145,10 @@ class RLConfig:
                 not self.dynamic_sampling.enabled or self.group_size >= 2,
                 f"be false with group_size={self.group_size}: a group of one rollout never holds two different "
                 "rewards, so every group would be dropped")
+        require("rollout_lag", self.rollout_lag, self.rollout_lag in (0, 1),
+                "be 0 or 1: one_step_off samples at most one step ahead of the update")
+        require("rollout_lag", self.rollout_lag, self.rollout_mode == "one_step_off" or self.rollout_lag == 1,
+                f"keep its default with rollout_mode={self.rollout_mode!r}: it sets one_step_off's staleness")
         rollouts = self.prompts_per_step * self.group_size
         calls = self.steps * self.updates_per_batch * max(1, rollouts // (self.micro_batch or rollouts))
         require("steps", self.steps, calls <= MAX_STEPS,
@@ -162,6 +171,8 @@ class RLConfig:
     max_tool_turns: int = 0
     max_tool_tokens: int = 512
     checkpoint_every: int = 10
+    rollout_mode: Literal["sync", "one_step_off"] = "sync"
+    rollout_lag: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +271,11 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         raise ConfigError(
             f"mesh data*fsdp*tensor = {cfg.mesh.data}*{cfg.mesh.fsdp}*{cfg.mesh.tensor} = {cfg.mesh.size} "
             f"but only {num_devices} device(s) are visible"
+        )
+    if cfg.mesh.size + cfg.decode.devices > num_devices:
+        raise ConfigError(
+            f"decode.devices={cfg.decode.devices}: the rollout mesh takes the devices after the training mesh's "
+            f"{cfg.mesh.size}, but only {num_devices} device(s) are visible"
         )
     shards = cfg.mesh.batch_shards
     rollouts = cfg.rl.prompts_per_step * cfg.rl.group_size

@@ -5,7 +5,8 @@ weights and no checkpoint read), lays its state out on the recipe's mesh over th
 ahead of time, at the recipe's real shapes, the RL update (one micro-batch), the KL reference forward, the SFT step,
 and the rollouts as the job samples them: on host 0's decoding copy (its chips, the decode dtype), host 0's block of
 the rollouts, through the configured engine (the paged engine's widest prefill and decode chunk at its slots and
-page pool, or the static sampler's prefill and decode loop), with the trainer's state resident meanwhile. Each
+page pool, or the static sampler's prefill and decode loop), with the trainer's state resident meanwhile (or, with
+decode.devices > 0, on a rollout mesh of its own: the chips after the training mesh's, holding nothing else). Each
 program's per-chip memory comes from the compiler's own buffer assignment (`memory_analysis`), its FLOPs from
 `cost_analysis`.
 
@@ -328,18 +329,46 @@ class Decoding:
     rows: int
 
 
-def host_slice(target: Target, mesh) -> tuple | None:
-    """Host 0's chips of a TPU mesh spanning several hosts, as a slice of their own (e.g. v6e:2x2 of v6e:4x4): a
-    program on some chips of a larger topology does not compile (XLA:TPU numbers its devices within the program),
-    and a host's decode program spans only its own chips. None when the mesh is one host's."""
-    local = [d for d in mesh.devices.flat if d.process_index == 0]
-    if target.platform != "tpu" or len(local) == mesh.devices.size:
-        return None
-    coords = np.asarray([d.coords for d in local])
+def chips_slice(target: Target, devices) -> tuple:
+    """`devices` of a TPU target as a slice of their own (e.g. v6e:2x2 of v6e:4x4): a program on some chips of a
+    larger topology does not compile (XLA:TPU numbers its devices within the program). Host devices as they are."""
+    devices = tuple(devices)
+    if target.platform != "tpu" or len(devices) == target.count:
+        return devices
+    coords = np.asarray([d.coords for d in devices])
     dims = coords.max(axis=0) - coords.min(axis=0) + 1
     if target.chip in ("v5e", "v5litepod", "v6e"):  # 2-D slices
         dims = dims[:2]
+    if int(np.prod(dims)) != len(devices):
+        raise ConfigError(f"{len(devices)} chips of {target.name} from chip {devices[0].id} on do not form a "
+                          "rectangular slice: choose a mesh and decode.devices that split the topology into slices")
     return parse_target(f"{target.chip}:{'x'.join(str(int(n)) for n in dims)}").devices
+
+
+def host_slice(target: Target, mesh) -> tuple | None:
+    """Host 0's chips of a TPU mesh spanning several hosts, as a slice of their own (`chips_slice`): a host's decode
+    program spans only its own chips. None when the mesh is one host's."""
+    local = [d for d in mesh.devices.flat if d.process_index == 0]
+    if target.platform != "tpu" or len(local) == mesh.devices.size:
+        return None
+    return chips_slice(target, local)
+
+
+def rollout_mesh_devices(cfg: TrainConfig, target: Target) -> tuple[tuple, tuple]:
+    """(training mesh's devices, rollout mesh's) for decode.devices > 0: the chips after the training mesh's, on the
+    one host a rollout mesh of its own runs on (rollout/decode_copy.rollout_devices); each a slice of its own."""
+    n, d = cfg.mesh.size, cfg.decode.devices
+    if target.platform == "gpu":
+        if n + d > GPUS_PER_HOST:
+            raise ConfigError(f"decode.devices={d}: a rollout mesh of its own runs on the training mesh's one host, "
+                              f"but {n} + {d} GPUs exceed a host's {GPUS_PER_HOST}")
+        return (), ()
+    chips = target.devices[: n + d]
+    if len({getattr(c, "process_index", 0) for c in chips}) > 1:
+        raise ConfigError(f"decode.devices={d}: a rollout mesh of its own runs on one host, but the {n} + {d} chips "
+                          f"of {target.name} span several: use decode.devices=0 there (one_step_off then overlaps on "
+                          "the same chips)")
+    return chips_slice(target, chips[:n]), chips_slice(target, chips[n:])
 
 
 def decoding(cfg: TrainConfig, policy: Abstract, mesh, shapes: Shapes, host: tuple | None = None) -> Decoding:
@@ -468,7 +497,7 @@ PROGRAMS = ("rl_update", "reference_forward", "rollout_prefill", "rollout_decode
 
 def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | None = None) -> list[Program]:
     """Compiles each program the job runs (or those named in `only`) for `mesh`'s devices (the rollouts' for
-    `host`'s, when given: `host_slice`); returns their figures.
+    `host`'s, when given: `host_slice`, or the rollout mesh's with decode.devices); returns their figures.
     Host arrays are built outside the mesh (under it jnp.asarray would place them on its devices); only the
     lowering runs under it."""
     mc = model_config(cfg)
@@ -511,9 +540,10 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | N
         out.append(_measure(mesh, "reference_forward", what, st.reference_logprobs, args, _local_bytes(rl_opt, mesh)))
     if run & {"rollout_prefill", "rollout_decode"}:
         # while the copy samples, every chip still holds its shard of the trainer's state: the master weights,
-        # Adam's state and the KL reference
-        resident = (_local_bytes(policy.trainable, mesh) + _local_bytes(policy.frozen, mesh)
-                    + _local_bytes(rl_opt, mesh) + reference)
+        # Adam's state and the KL reference; a rollout mesh of its own (decode.devices) holds none of it
+        resident = 0 if cfg.decode.devices else (
+            _local_bytes(policy.trainable, mesh) + _local_bytes(policy.frozen, mesh) + _local_bytes(rl_opt, mesh)
+            + reference)
         dec = decoding(cfg, policy, mesh, shapes, host)
         rollout = _paged_programs if rc.sampling.engine == "paged" else _static_programs
         out += rollout(cfg, mc, policy, dec, shapes, grid, resident, run)
@@ -536,6 +566,7 @@ class Report:
     mesh: tuple[int, int, int]  # data, fsdp, tensor
     programs: list[Program]
     estimate: bool = False
+    rollout_devices: int = 0  # decode.devices: chips of a rollout mesh of their own (0: the training mesh's)
 
     def over(self) -> list[tuple[Program, int]]:
         """(program, bytes over the chip's HBM) for each program that does not fit."""
@@ -546,6 +577,7 @@ class Report:
         t = self.target
         return {"config": self.config, "target": t.name, "platform": t.platform, "chip": t.chip, "chips": t.count,
                 "hbm_bytes_per_chip": t.hbm_bytes, "mesh": dict(zip(("data", "fsdp", "tensor"), self.mesh)),
+                "rollout_devices": self.rollout_devices,
                 "estimate": self.estimate, "fits": not self.over(), "programs": [p.row() for p in self.programs]}
 
     def table(self) -> str:
@@ -554,6 +586,9 @@ class Report:
         kind = "ESTIMATE (analytic; no compiler for this target here)" if self.estimate else "compiled"
         head = (f"{self.config} on {t.name} ({t.count} x {t.chip}, {hbm} per chip), mesh data={self.mesh[0]} "
                 f"fsdp={self.mesh[1]} tensor={self.mesh[2]}: {kind}, per chip")
+        if self.rollout_devices:
+            head += (f"; rollouts on a mesh of their own, the {self.rollout_devices} chips after the training mesh's "
+                     "(nothing of the trainer resident there)")
         lines = [head, f"{'program':<18} {'argument':>10} {'temp':>10} {'output':>10} {'resident':>10} {'peak':>10} "
                        f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8} {'Mosaic':>6}  shape"]
         for p in self.programs:
@@ -618,11 +653,14 @@ def plan(cfg: TrainConfig, topology: str, *, config_name: str = "", only: tuple[
     validate(cfg, target.count)
     check_batches(cfg)
     mesh_shape = (cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor)
+    own = cfg.decode.devices
+    training, rollout = rollout_mesh_devices(cfg, target) if own else (target.devices[: cfg.mesh.size], None)
     if target.platform == "gpu":
         estimates = [p for p in estimate_gpu(cfg, target) if not only or p.name in only]
-        return Report(config_name, target, mesh_shape, estimates, estimate=True)
-    mesh = make_mesh(*mesh_shape, devices=target.devices[: cfg.mesh.size])
-    return Report(config_name, target, mesh_shape, programs(cfg, mesh, only, host_slice(target, mesh)))
+        return Report(config_name, target, mesh_shape, estimates, estimate=True, rollout_devices=own)
+    mesh = make_mesh(*mesh_shape, devices=training)
+    return Report(config_name, target, mesh_shape, programs(cfg, mesh, only, rollout or host_slice(target, mesh)),
+                  rollout_devices=own)
 
 
 # ---- GPU targets: an analytic estimate ------------------------------------------------------------------------
@@ -732,11 +770,13 @@ def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
         # rollouts run on each host's decoding copy (rollout/decode_copy.py), the trainer's state resident meanwhile
         hosts = -(-cfg.mesh.size // GPUS_PER_HOST)
         local = cfg.mesh.size // hosts
+        if cfg.decode.devices:  # a rollout mesh of its own on the one host: the trainer's state is not there
+            hosts, local = 1, cfg.decode.devices
         dec_tensor = cfg.decode.tensor or local
         dec_mesh = jax.sharding.AbstractMesh((local // dec_tensor, 1, dec_tensor), ("data", "fsdp", "tensor"))
         dec_dtype = cfg.decode.weights_dtype(mc.dtype)
         copy = _local_bytes(_placed(nnx.state(model), dec_mesh, float_dtype=dec_dtype), dec_mesh)
-        resident = weights + sampling_resident
+        resident = 0 if cfg.decode.devices else weights + sampling_resident
         sc, rows = rc.sampling, shapes.rollouts / hosts
         kv_shards = max(1, min(dec_tensor, t.num_key_value_heads))
         if sc.engine == "paged":  # the engine's pool of pages, whole on each device of the copy; `slots` at a time

@@ -30,6 +30,7 @@ from spatial_jax.rewards.advantages import group_advantages
 from spatial_jax.rewards.overlong import overlong_penalties
 from spatial_jax.rl import report
 from spatial_jax.rl import step as st
+from spatial_jax.rl.async_rollouts import Rolled, RolloutsAhead
 from spatial_jax.rl.checkpoint import Checkpointer
 from spatial_jax.rl.config import TrainConfig, overlong_max_length
 from spatial_jax.rl.dynamic_sampling import fill
@@ -95,6 +96,14 @@ def check_host_split(cfg: TrainConfig, processes: int) -> None:
                               "reads an equal block of every batch")
 
 
+def check_rollout_mode(cfg: TrainConfig, processes: int) -> None:
+    """one_step_off's sampling thread decodes while the update runs: on one process, where neither enters a
+    collective the other processes would have to meet in the same order."""
+    if cfg.rl.steps > 0 and cfg.rl.rollout_mode == "one_step_off" and processes > 1:
+        raise ConfigError(f"rl.rollout_mode=one_step_off runs on one process, not {processes}: each process's "
+                          "sampling thread and update would enter cross-process collectives in no agreed order")
+
+
 class Trainer(Workspace):
     """One run directory's training job; `run()` does every configured stage, resuming where it stopped."""
 
@@ -102,12 +111,13 @@ class Trainer(Workspace):
         super().__init__(cfg, record_config=record_config)
         # multi-host: each process reads, rolls out and scores its own block of every batch (rollout/hosts.py)
         self.hosts = HostShare.of_cluster(self.tok.pad_id)
-        decode_mesh(self.mesh, cfg.decode.tensor)  # a decode.tensor that does not fit fails now, not after SFT
+        decode_mesh(self.mesh, cfg.decode.tensor, cfg.decode.devices)  # one that does not fit fails now
         self._decoder: DecodeCopy | None = None
         self._decoded_from = None  # the trainable state the decoding copy was made from
         # the running stage's batches: a step that samples more prompts (dynamic sampling) reads them here, so the
         # checkpointed data state counts them
         self.batches: DataIterator | None = None
+        self.ahead = RolloutsAhead(self.run_dir / "rl" / "pending")  # rl.rollout_mode = "one_step_off"
 
     def preflight(self) -> None:
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
@@ -115,6 +125,7 @@ class Trainer(Workspace):
         check_resumable(self.cfg)
         open_inputs(self.cfg)
         check_host_split(self.cfg, jax.process_count())
+        check_rollout_mode(self.cfg, jax.process_count())
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -157,9 +168,11 @@ class Trainer(Workspace):
         return out
 
     def stage(self, name: str, steps: int, batch_size: int, checkpoint_every: int, keys: tuple[str, ...],
-              step_fn: Callable[[int, Batch, Any, Any], tuple[dict[str, Any], Any]]) -> None:
+              step_fn: Callable[[int, Batch | None, Any, Any], tuple[dict[str, Any], Any]],
+              reads_batches: bool = False) -> None:
         """Runs `steps` steps of a stage, resuming from its checkpoints; `step_fn(step, batch, tx, opt_state)` ->
-        (metrics, opt_state) does the work. A finished stage only hands its weights on."""
+        (metrics, opt_state) does the work (batch None with `reads_batches`: the step reads its own from
+        self.batches, as one_step_off reads the next step's ahead). A finished stage only hands its weights on."""
         cfg = self.cfg
         optim = self.optim_config(name)
         tx = self.optimizer(name)
@@ -172,6 +185,8 @@ class Trainer(Workspace):
             start, opt_state, resumed = self.restore(ck, tx.init(self.trainable), it)
             if start == steps:  # finished: only hands its weights on
                 return
+            if resumed and "pending" in self.restored_meta:
+                self.take_back_rollouts(self.restored_meta["pending"], it)
             writer = MetricsWriter(self.run_dir / name, resume_step=start if resumed else None,
                                    tensorboard=cfg.tensorboard, active=self.primary)
             bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
@@ -181,21 +196,37 @@ class Trainer(Workspace):
             self.batches = it
             try:
                 for step in range(start, steps):
-                    metrics, opt_state = step_fn(step, next(it), tx, opt_state)
+                    metrics, opt_state = step_fn(step, None if reads_batches else next(it), tx, opt_state)
                     metrics["lr"] = float(schedule(step * updates))
                     bar.update(writer.log(step + 1, metrics))
                     done = step + 1
-                    ck.save(step + 1, self.state(opt_state), {"step": step + 1, "data": it.get_state(),
-                                                               "config": saved_config, "data_sha256": data},
-                            force=step + 1 == steps)
+                    last = step + 1 == steps
+                    if ck.due(step + 1, force=last):
+                        # the rollouts ahead (one_step_off) finish first: they read batches, and the checkpoint
+                        # keeps them and the data position after them
+                        ahead = self.ahead.save(step + 1)
+                        ck.save(step + 1, self.state(opt_state), {"step": step + 1, "data": it.get_state(),
+                                                                   "config": saved_config, "data_sha256": data,
+                                                                   **ahead}, force=last)
+                        self.ahead.prune(ck.all_steps())
             except Interrupted as e:
                 ck.wait_until_finished()
                 kept = ck.latest_step()
                 then = f"from its checkpoint of step {kept}" if kept else "(the stage starts again: no checkpoint yet)"
                 raise e.at(f" at step {done} of the {name} stage; rerun to resume {then}") from None
             finally:
+                self.ahead.drain()
                 bar.close()
                 writer.close()
+
+    def take_back_rollouts(self, record: dict[str, Any], it: DataIterator) -> None:
+        """The rollouts a one_step_off checkpoint was saved with; where they are lost, the data position goes back
+        to before their prompts, which the step then rolls out from the restored weights."""
+        why = self.ahead.load(record)
+        if why is not None:
+            self.warn(f"{why}: step {record['step']}'s rollouts are sampled again from the restored weights, so "
+                      "that step is on-policy where the interrupted run's was one step stale")
+            it.set_state(record["data_before"])
 
     def sft(self) -> None:
         sc = self.cfg.sft
@@ -217,11 +248,43 @@ class Trainer(Workspace):
         n_micro = self.optim_config("rl").grad_accum_steps
         self.stage("rl", rc.steps, rc.prompts_per_step, rc.checkpoint_every,
                    ("reward_mean", "accuracy", "mean_H", "loss"),
-                   lambda step, batch, tx, opt_state: self.rl_step(step, batch, sampling, tx, n_micro, opt_state))
+                   lambda step, batch, tx, opt_state: self.rl_step(step, batch, sampling, tx, n_micro, opt_state),
+                   reads_batches=rc.rollout_mode == "one_step_off")
 
-    def rl_step(self, step: int, batch: Batch, sampling, tx, n_micro: int, opt_state) -> tuple[dict[str, Any], Any]:
-        """Rollouts -> rewards -> advantages -> updates_per_batch passes of n_micro micro-batches; with dynamic
-        sampling, further batches of prompts are rolled out until the batch is full of informative groups."""
+    def rl_step(self, step: int, batch: Batch | None, sampling, tx, n_micro: int,
+                opt_state) -> tuple[dict[str, Any], Any]:
+        """Rollouts -> rewards -> advantages -> updates. "sync" rolls out `batch` now; "one_step_off" takes the
+        rollouts sampled during the previous update (or rolls out the next batch now, on a stage's first step) and
+        starts the next step's, from the weights before this update (rollout_lag 1) or after it (0)."""
+        rc = self.cfg.rl
+        if rc.rollout_mode == "sync":
+            return self.learn(self.roll_out(step, batch, sampling, None, version=step), tx, n_micro, opt_state,
+                              sampling)
+        rolled = self.ahead.take(step)
+        waited = self.ahead.waited
+        if rolled is None:
+            rolled = self.roll_out(step, next(self.batches), sampling, None, version=step)
+        if rc.rollout_lag == 1:
+            self.roll_ahead(step + 1, sampling)
+        metrics, opt_state = self.learn(rolled, tx, n_micro, opt_state, sampling)
+        if rc.rollout_lag == 0:
+            self.roll_ahead(step + 1, sampling)
+        metrics["rollout/wait_s"] = waited
+        return metrics, opt_state
+
+    def roll_ahead(self, step: int, sampling) -> None:
+        """Starts sampling step `step`'s rollouts in the worker thread from the weights as they are now."""
+        if step >= self.cfg.rl.steps:
+            return
+        before = self.batches.get_state()
+        batch = next(self.batches)
+        decoder = self.decoder()  # the copy is made here, before the update may donate the weights it reads
+        version = step - self.cfg.rl.rollout_lag
+        self.ahead.start(lambda: self.roll_out(step, batch, sampling, decoder, version), before)
+
+    def roll_out(self, step: int, batch: Batch, sampling, decoder: DecodeCopy | None, version: int) -> Rolled:
+        """A step's rollouts of `batch` from `decoder` (None: the copy of the weights as they are now), scored; with
+        dynamic sampling, further batches of prompts are rolled out until the batch is full of informative groups."""
         t0 = time.perf_counter()
         rc = self.cfg.rl
         G = rc.group_size
@@ -230,7 +293,7 @@ class Trainer(Workspace):
 
         def sample_round(k: int) -> np.ndarray:
             b = batch if k == 0 else next(self.batches)
-            got = self.collect(step, b, sampling, round_=k)
+            got = self.collect(step, b, sampling, round_=k, decoder=decoder)
             # every process's scores (its own rollouts'), in rollout order: the advantages and the metrics need them
             # all, and the update every process's rollouts' arrays
             blocks = self.hosts.blocks({"prompts": len(b.records), "decoded": got.decoded, "scores": got.scores})
@@ -245,7 +308,7 @@ class Trainer(Workspace):
             rounds.append((comps, scores))
             return np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
 
-        out: dict[str, Any] = {}
+        out: dict[str, float] = {}
         if rc.dynamic_sampling.enabled:
             selection = fill(sample_round, rc.prompts_per_step, rc.dynamic_sampling.max_rounds)
             picks = [(rounds[r], range(g * G, (g + 1) * G)) for r, g in selection.picks]
@@ -259,20 +322,27 @@ class Trainer(Workspace):
         else:
             sample_round(0)
             (comps, scores), trained = rounds[0], None
-        t_rollout = time.perf_counter() - t0
+        for row, name in enumerate(("prompts_read", "rows_decoded", "rollouts_scored")):
+            out[f"host/{name}_min"], out[f"host/{name}_max"] = int(counts[row].min()), int(counts[row].max())
+        return Rolled(step, version, comps, scores, trained, out, time.perf_counter() - t0,
+                      sum(float(c.mask.sum()) for c, _ in rounds))
+
+    def learn(self, rolled: Rolled, tx, n_micro: int, opt_state, sampling) -> tuple[dict[str, Any], Any]:
+        """Advantages of a step's rollouts -> updates_per_batch passes of n_micro micro-batches."""
+        G = self.cfg.rl.group_size
+        comps, scores = rolled.completions, rolled.scores
         rewards = np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
         eq2 = self.reward_cfg.advantage
         adv = np.asarray(group_advantages(jnp.asarray(rewards), eq2.eps, eq2.std)).reshape(-1)
         t1 = time.perf_counter()
-        opt_state, trained_out = self.update(step, comps, adv, tx, n_micro, opt_state, sampling.temperature or 1.0,
-                                             trained)
+        opt_state, trained_out = self.update(rolled.step, comps, adv, tx, n_micro, opt_state,
+                                             sampling.temperature or 1.0, rolled.trained)
         t_train = time.perf_counter() - t1
+        out: dict[str, Any] = dict(rolled.metrics)
         out.update(trained_out)
         out.update(report.rollout_metrics(self.method, scores, rewards, adv, comps))
-        for row, name in enumerate(("prompts_read", "rows_decoded", "rollouts_scored")):
-            out[f"host/{name}_min"], out[f"host/{name}_max"] = int(counts[row].min()), int(counts[row].max())
-        decoded_tokens = sum(float(c.mask.sum()) for c, _ in rounds)
-        out["rollout_tokens_per_s"] = decoded_tokens / max(t_rollout, 1e-9)
+        out["rollout/lag"] = float(rolled.step - rolled.version)
+        out["rollout_tokens_per_s"] = rolled.tokens / max(rolled.seconds, 1e-9)
         out["train_tokens_per_s"] = out.pop("train_tokens") / max(t_train, 1e-9)
         return out, opt_state
 
@@ -286,14 +356,15 @@ class Trainer(Workspace):
         self._decoded_from = self.trainable
         return self._decoder
 
-    def collect(self, step: int, batch: Batch, sampling, round_: int = 0) -> Collected:
+    def collect(self, step: int, batch: Batch, sampling, round_: int = 0,
+                decoder: DecodeCopy | None = None) -> Collected:
         """G sampled completions per prompt (and the method's blank or tool rollouts) of this process's prompts,
-        decoded from the decoding copy and scored; each sampling round of a step (dynamic sampling) draws its own
-        random streams."""
+        decoded from `decoder` (default: the decoding copy of the weights as they are now) and scored; each sampling
+        round of a step (dynamic sampling) draws its own random streams."""
         cfg, rc = self.cfg, self.cfg.rl
-        return collect(self.decoder(), batch, self.tok, self.method, self.reward_cfg, sampling, rc.group_size,
-                       _seed(cfg, 1 + 2 * round_, step), blank_seed=_seed(cfg, 2 + 2 * round_, step), step=step,
-                       tools=ToolSettings(rc.max_tool_turns, rc.max_tool_tokens), blank_fill=rc.blank_fill,
+        return collect(decoder or self.decoder(), batch, self.tok, self.method, self.reward_cfg, sampling,
+                       rc.group_size, _seed(cfg, 1 + 2 * round_, step), blank_seed=_seed(cfg, 2 + 2 * round_, step),
+                       step=step, tools=ToolSettings(rc.max_tool_turns, rc.max_tool_tokens), blank_fill=rc.blank_fill,
                        image_cfg=self.policy.image_cfg, hosts=self.hosts)
 
     def update(self, step: int, comps: Completions, adv: np.ndarray, tx, n_micro: int, opt_state,

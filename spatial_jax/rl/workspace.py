@@ -37,11 +37,11 @@ STAGES = ("sft", "rl")
 
 # What a resumed run may change, as none of it changes what a stage trains: how the run is shown (progress,
 # tensorboard) and exported (export_hf), evaluated (eval, data.eval: the evaluation cache is keyed by them),
-# checkpointed and where it lives; and how the same computation is laid out on the machine (mesh, remat, attention
-# chunks, reader threads: equal up to float rounding, which lets a run move to another machine) or planned for one
-# (plan).
+# checkpointed and where it lives; and how the same computation is laid out on the machine (mesh, the rollout mesh
+# decode.devices, remat, attention chunks, reader threads: equal up to float rounding, which lets a run move to another
+# machine) or planned for one (plan).
 RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "export_hf", "eval", "data.eval", "data.read_threads",
-                     "mesh", "plan", "policy.remat", "policy.remat_policy", "policy.attention_chunk",
+                     "mesh", "decode.devices", "plan", "policy.remat", "policy.remat_policy", "policy.attention_chunk",
                      "policy.attention_impl",
                      "sft.checkpoint_every", "rl.checkpoint_every")
 
@@ -175,6 +175,7 @@ class Workspace:
         self.reward_cfg = cfg.reward_config()
         self.tok = self.policy.tokenizer
         self.reference = None  # KL reference weights when there are no adapters to switch off (set by the RL stage)
+        self.restored_meta: dict[str, Any] = {}  # the meta of the checkpoint `restore` read last
 
     def preflight(self) -> None:
         """Checks before the policy is built and anything is written (the trainer's: resume and inputs)."""
@@ -209,10 +210,13 @@ class Workspace:
     def restore(self, ck: Checkpointer, opt_state, iterator) -> tuple[int, Any, bool]:
         """Restores the newest checkpoint of `ck` that reads back (weights, optimiser state, reference, data position
         when an iterator is given), saying which newer ones it skipped and why; a training job moves those out of the
-        way, so it can write their steps again. Returns (step, opt_state, whether anything was restored)."""
+        way, so it can write their steps again. Returns (step, opt_state, whether anything was restored); the
+        checkpoint's meta is left in self.restored_meta."""
+        self.restored_meta = {}
         if not ck.all_steps():
             return 0, opt_state, False
         step, state, meta, skipped = ck.restore_newest(self.state(opt_state))
+        self.restored_meta = meta
         for reason in skipped:
             self.warn(f"skipped checkpoint {reason}; using {ck.directory.parent.name} step {step}")
         if skipped and self.training:

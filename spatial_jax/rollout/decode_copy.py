@@ -37,31 +37,51 @@ from spatial_jax.models.sharding import make_mesh, state_shardings
 @dataclasses.dataclass(frozen=True)
 class DecodeConfig:
     """The decoding copy (rollout/decode_copy.py). dtype: its weights' dtype ("auto": the policy's compute dtype).
-    tensor: devices each copy is split over (tensor parallel) among this process's devices of the mesh, the copy
-    replicated over the rest (data parallel); 0 = all of them."""
+    devices: 0 puts the copy on this process's devices of the training mesh; n > 0 on a rollout mesh of its own, the
+    n devices after the training mesh's (disaggregated: rollouts and updates can run at once, rl.rollout_mode).
+    tensor: devices each copy is split over (tensor parallel) among those, the copy replicated over the rest (data
+    parallel); 0 = all of them."""
 
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     tensor: int = 0
+    devices: int = 0
 
     def __post_init__(self):
-        check_at_least(self, tensor=0)
+        check_at_least(self, tensor=0, devices=0)
 
     def weights_dtype(self, compute_dtype) -> jnp.dtype:
         """The copy's weight dtype for a policy computing in `compute_dtype`."""
         return jnp.dtype(compute_dtype if self.dtype == "auto" else self.dtype)
 
 
-def decode_mesh(train_mesh: Mesh, tensor: int = 0) -> Mesh:
-    """A (data, fsdp=1, tensor) mesh over this process's devices of `train_mesh`."""
-    local = [d for d in train_mesh.devices.flat if d.process_index == jax.process_index()]
-    if not local:
-        raise ConfigError(f"process {jax.process_index()} holds none of the mesh's {train_mesh.devices.size} devices: "
-                          "it decodes its prompts on its own, so the mesh (data*fsdp*tensor) must span every "
-                          "process's devices")
+def rollout_devices(train_mesh: Mesh, devices: int = 0) -> list:
+    """The devices the decoding copy lives on: this process's devices of `train_mesh` (devices 0), or the `devices`
+    of this process's devices that follow the training mesh's (a rollout mesh of its own)."""
+    if devices == 0:
+        local = [d for d in train_mesh.devices.flat if d.process_index == jax.process_index()]
+        if not local:
+            raise ConfigError(f"process {jax.process_index()} holds none of the mesh's {train_mesh.devices.size} "
+                              "devices: it decodes its prompts on its own, so the mesh (data*fsdp*tensor) must span "
+                              "every process's devices")
+        return local
+    if jax.process_count() > 1:
+        raise ConfigError(f"decode.devices={devices}: a rollout mesh of its own runs on one process (each process "
+                          "of a cluster decodes on its own devices of the training mesh: set decode.devices=0)")
+    training = set(train_mesh.devices.flat)
+    spare = [d for d in jax.local_devices() if d not in training]
+    if len(spare) < devices:
+        raise ConfigError(f"decode.devices={devices}: only {len(spare)} device(s) lie outside the training mesh "
+                          f"of {len(training)}")
+    return spare[:devices]
+
+
+def decode_mesh(train_mesh: Mesh, tensor: int = 0, devices: int = 0) -> Mesh:
+    """A (data, fsdp=1, tensor) mesh over `rollout_devices(train_mesh, devices)`."""
+    local = rollout_devices(train_mesh, devices)
     tensor = tensor or len(local)
     if len(local) % tensor:
-        raise ConfigError(f"decode.tensor={tensor} does not divide the {len(local)} devices this process holds of "
-                          "the mesh")
+        raise ConfigError(f"decode.tensor={tensor} does not divide the {len(local)} devices the decoding copy "
+                          "lives on")
     return make_mesh(len(local) // tensor, 1, tensor, devices=local)
 
 
@@ -127,7 +147,7 @@ class DecodeCopy:
     def __init__(self, model: nnx.Module, cfg: DecodeConfig, train_mesh: Mesh):
         self.cfg = cfg
         self.train_mesh = train_mesh
-        self.mesh = decode_mesh(train_mesh, cfg.tensor)
+        self.mesh = decode_mesh(train_mesh, cfg.tensor, cfg.devices)
         self.dtype = cfg.weights_dtype(model.cfg.dtype)
         self.graphdef, state = nnx.split(model)
         self._treedef = jax.tree.structure(state)
