@@ -252,16 +252,27 @@ def test_a_rollout_mesh_of_its_own_is_planned_beside_the_training_mesh(tmp_path,
     assert code != 0 and "exceed a host's 8" in printed.err
 
 
-def test_a_rollout_mesh_of_its_own_is_refused_across_tpu_hosts():
-    """libtpu describes every TPU slice as hosts of 4 chips (v6e:2x4 is 2 of them); a rollout mesh of its own runs
-    on the training mesh's one host, so 4 + 4 chips there are refused, naming decode.devices=0 (one_step_off then
-    overlaps on the same chips)."""
+@pytest.mark.slow
+def test_one_step_off_compiles_for_tpu_on_both_meshes(tmp_path, capsys):
+    """v6e:2x4 is one host of 8 chips (a v6e-8 VM): the training mesh takes 4 of them and the rollout mesh the other
+    4, each compiled by XLA:TPU as a v6e:2x2 slice of its own, the rollouts with nothing of the trainer resident;
+    on v6e:4x4 (hosts of 4 chips) 8 + 8 chips span hosts and are refused, naming decode.devices=0."""
     pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]'): no XLA:TPU compiler")
     from spatial_jax import config as C
     from spatial_jax.config import ConfigError
     from spatial_jax.rl import plan as pl
     from spatial_jax.rl.config import TrainConfig
 
-    cfg = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=4", "decode.devices=4"])
+    code, report, printed = _plan(tmp_path, capsys, "v6e:2x4", "mesh.fsdp=4", "decode.devices=4",
+                                  "rl.rollout_mode=one_step_off", "sft.steps=0", "rl.loss.kl_coef=0",
+                                  programs=["rl_update", "rollout_decode"])
+    assert code == 0, printed.err
+    by_name = _by_name(report)
+    assert report["platform"] == "tpu" and report["rollout_devices"] == 4
+    assert by_name["rollout_decode"]["resident"] == 0 and by_name["rl_update"]["peak"] > 0
+    training, rollout = pl.rollout_mesh_devices(C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=4", "decode.devices=4"]),
+                                                pl.parse_target("v6e:2x4"))
+    assert len(training) == len(rollout) == 4 and len({d.process_index for d in training}) == 1
+    wide = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=8", "decode.devices=8", "rl.prompts_per_step=4"])
     with pytest.raises(ConfigError, match="span several: use decode.devices=0"):
-        pl.rollout_mesh_devices(cfg, pl.parse_target("v6e:2x4"))
+        pl.rollout_mesh_devices(wide, pl.parse_target("v6e:4x4"))

@@ -226,7 +226,9 @@ def test_full_finetuning_kl_reference_is_the_rl_starting_policy(dense, tmp_path)
     [
         ("prosr", []),
         ("spatialthinker", []),
-        ("allospatial", ["rl.loss.kind=gspo", "rl.max_tool_turns=2", "rl.max_tool_tokens=64"]),
+        # tool turns and dynamic sampling in one_step_off's sampling thread, on a rollout mesh of its own
+        ("allospatial", ["rl.loss.kind=gspo", "rl.max_tool_turns=2", "rl.max_tool_tokens=64",
+                         "rl.rollout_mode=one_step_off", "decode.devices=1", "rl.dynamic_sampling.enabled=true"]),
         ("spatialcore", ["rl.loss.kind=gspo_token", "rl.updates_per_batch=2", "rl.micro_batch=2",
                          "policy.lora.rank=4", "rl.loss.kl_coef=0.01", "policy.remat=true"]),
         # the recipes' layout: scanned layers with a named remat policy, through SFT, RL, checkpoints and eval
@@ -245,6 +247,8 @@ def test_each_method_runs_tiny_steps(method, extra, dense, tmp_path):
     train(tiny(run, f"method={method}", "rl.steps=2", *extra))
     rows = [json.loads(line) for line in (run / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
+    if "rl.rollout_mode=one_step_off" in extra:
+        assert [r["rollout/lag"] for r in rows] == [0.0, 1.0] and all("dynamic/rounds" in r for r in rows)
     assert all(np.isfinite(r["loss"]) and np.isfinite(r["reward_mean"]) for r in rows)
     # every step had something to learn: a constant reward leaves gradients of rounding noise (~1e-7), which Adam
     # would still turn into steps of size lr

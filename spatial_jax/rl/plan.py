@@ -54,6 +54,9 @@ GiB = 1 << 30
 TPU_HBM_GIB = {"v4": 32, "v5e": 16, "v5litepod": 16, "v5p": 95, "v6e": 32}
 GPU_HBM_GIB = {"a100": 80, "h100": 80, "h200": 141, "b200": 180}
 GPUS_PER_HOST = 8  # a GPU target of more chips is hosts of 8, each decoding its own block of rollouts
+# Slices sold as one host of 8 chips (v5litepod-8, v6e-8: one VM), which libtpu describes as two hosts of 4 unless
+# told the host's bounds
+ONE_HOST_SLICES = {("v5e", "2x4"), ("v5litepod", "2x4"), ("v6e", "2x4")}
 
 # Architectures by name, for planning without the checkpoint directory: the fields of Qwen3-VL's config.json that
 # shape the model (the published 4B and 8B; Instruct and Thinking share them).
@@ -124,7 +127,8 @@ def parse_target(name: str) -> Target:
     try:
         from jax.experimental import topologies
 
-        devices = topologies.get_topology_desc(platform="tpu", topology_name=name).devices
+        bounds = {"chips_per_host_bounds": [2, 4, 1]} if (kind, rest) in ONE_HOST_SLICES else {}
+        devices = topologies.get_topology_desc(platform="tpu", topology_name=name, **bounds).devices
     except Exception as err:  # no libtpu, or a shape libtpu does not know
         if not tpu_compiler_installed():
             raise ConfigError(f"--topology {name}: compiling for a TPU target needs libtpu; install the tpu extra "
