@@ -89,9 +89,11 @@ def summarise(arm: dict, warmup: int) -> dict:
 
 def table(results: dict[str, dict], steps: int, warmup: int, overrides: list[str]) -> str:
     base = results["sync, 8 devices"]["step_s"]
-    lines = [f"RL steps of the main job (configs/tiny_cpu.toml {' '.join(overrides)}), 8 prompts x 8 rollouts, median "
-             f"of steps {warmup + 1}-{steps - 1}; {jax.device_count()} virtual CPU devices on {os.cpu_count()} cores "
-             f"({cpu_name()}); {datetime.date.today()}", "",
+    job = " ".join(["configs/tiny_cpu.toml", *overrides])
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [f"RL steps of the main job ({job}), 8 prompts x 8 rollouts, median of steps {warmup + 1}-{steps - 1}; "
+             f"{jax.device_count()} virtual CPU devices on {os.cpu_count()} cores ({cpu_name()}), load average at the "
+             f"end {load}; {datetime.date.today()}", "",
              "| arm | s per step | vs sync on 8 | waited for rollouts, s | rollout tokens/s | update tokens/s | "
              "lag | mean reward | peak RSS after, GiB |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
