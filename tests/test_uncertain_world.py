@@ -6,6 +6,7 @@ asked for on the training file only, the held-out boxes exact, and the Table 5 v
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 from pathlib import Path
@@ -14,13 +15,14 @@ import numpy as np
 import pytest
 
 from spatial_jax import config as C
-from spatial_jax.config import ConfigError
 from spatial_jax.data.jsonl import read_jsonl
 from spatial_jax.data.pipeline import train_iterator
 from spatial_jax.data.prompts import THINK_BOXES
-from spatial_jax.data.synthetic import BOX_LEAD, SyntheticConfig, generate, to_norm
+from spatial_jax.data.synthetic import BOX_LEAD, generate, to_norm
+from spatial_jax.digests import file_hashes
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.policy import build_mesh, build_policy
+from spatial_jax.rl.pretrain import MANIFEST, pretrain_config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT / "benchmarks"))
@@ -62,7 +64,16 @@ def test_job_world_is_the_base_world_with_its_own_questions():
     assert (job.policy.min_pixels, job.policy.max_pixels) == (base.policy.min_pixels, base.policy.max_pixels)
 
 
-def _box_uncertainty(checkpoint: str, cfg: TrainConfig, rows: int = 8) -> float:
+def test_shipped_base_matches_its_manifest_and_config():
+    """checkpoints/uncertain_base is what configs/pretrain_uncertain.toml writes (the transformers comparison of
+    tests/test_pretrain.py holds for any base `pretrain` writes)."""
+    manifest = json.loads((BASE / MANIFEST).read_text())
+    assert manifest["files"] == file_hashes(BASE, skip=MANIFEST)
+    documented = C.to_dict(pretrain_config(C.load(TrainConfig, BASE_CONFIG)))
+    assert {**json.loads(json.dumps(documented)), "run_dir": None} == {**manifest["config"], "run_dir": None}
+
+
+def _box_uncertainty(checkpoint: str, cfg: TrainConfig, rows: int = 4) -> float:
     """Mean over held-out questions of H (eq. 5's normalisation: digit-token entropy / ln 10, clipped to 1) of the
     reference completion's box digits, teacher-forced: how unsure the policy is of where the boxes are."""
     policy = build_policy(C.apply_overrides(cfg.policy, [f"checkpoint={checkpoint}"]), build_mesh(cfg.mesh))
@@ -92,8 +103,7 @@ def _box_uncertainty(checkpoint: str, cfg: TrainConfig, rows: int = 8) -> float:
 def test_box_digits_are_uncertain_for_a_random_policy_and_for_the_base():
     cfg = C.load(TrainConfig, JOB, ["policy.tiny_layers=4"])
     assert _box_uncertainty("", cfg) > 0.5  # a random policy: near-uniform digits
-    if BASE.is_dir():  # the shipped base: it has learnt the world, yet is unsure of its boxes' digits
-        assert _box_uncertainty(str(BASE), cfg) > 0.05
+    assert _box_uncertainty(str(BASE), cfg) > 0.05  # the base has learnt the world, yet is unsure of its digits
 
 
 def test_corruption_hits_the_training_file_at_its_share_and_never_the_held_out_boxes(tmp_path):
