@@ -156,12 +156,12 @@ def per_seed_table(per_seed: list[dict[str, dict]], seeds: list[int]) -> list[st
     return lines
 
 
-def write_results(path: Path, text: str) -> None:
-    """Replaces this benchmark's section of RESULTS.md (between its markers), or appends it."""
+def write_results(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replaces a benchmark's section of RESULTS.md (between its markers: this one's unless given), or appends it."""
     body = path.read_text(encoding="utf-8")
-    section = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in body and END in body:
-        body = body[: body.index(BEGIN)] + section + body[body.index(END) + len(END):]
+    section = f"{begin}\n{text}\n{end}"
+    if begin in body and end in body:
+        body = body[: body.index(begin)] + section + body[body.index(end) + len(end):]
     else:
         body = body.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(body, encoding="utf-8")

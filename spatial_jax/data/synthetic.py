@@ -57,7 +57,9 @@ class SyntheticConfig:
     grid: 0 places objects freely; N > 0 puts each object in its own cell of an N x N grid, filling the cell but for a
     2 px border (the size fractions are then unused). With cells the size of the vision tower's merged patches (e.g. 128
     px, grid 4: 32 px cells), each object is one image token whose position embedding says where it is, so a tiny policy
-    can learn its box. distinct_colors: no two objects of a scene share a colour, so a colour alone names an object.
+    can learn its box. cell_placement (with a grid): "fill" as above, or "random": each object a square of side drawn
+    from the size fractions (of the image's shorter side), placed at random inside its cell's 2 px border, so its token
+    says only roughly where it is and every digit of its box is in doubt. distinct_colors: no two objects of a scene share a colour, so a colour alone names an object.
     shapes: the shapes objects take (one shape: a label's noun tells nothing). shuffle_options: options in random order;
     otherwise sorted (relative position: above, below, left, right), so an answer's letter follows from the answer
     alone. box_order: the order of the reference completion's box lines: "question" (the objects in the order the
@@ -85,6 +87,7 @@ class SyntheticConfig:
     corrupt_fraction: float = 0.0
     displace_iou: float = 0.6
     grid: int = 0
+    cell_placement: Literal["fill", "random"] = "fill"
     distinct_colors: bool = False
     shuffle_options: bool = True
     box_order: Literal["question", "reading"] = "question"
@@ -97,6 +100,12 @@ class SyntheticConfig:
         check_range(self, "width", MIN_SIDE, MAX_SIDE)
         check_range(self, "height", MIN_SIDE, MAX_SIDE)
         check_range(self, "grid", 0, min(self.width, self.height) // GRID_MIN_CELL)
+        require("cell_placement", self.cell_placement, self.cell_placement in ("fill", "random"),
+                'be "fill" or "random"')
+        if self.grid and self.cell_placement == "random":
+            inner = min(self.width, self.height) // self.grid - 4
+            require("max_size_frac", self.max_size_frac, self.max_size_frac * min(self.width, self.height) <= inner,
+                    f"leave the square inside its cell (at most {inner} px with grid {self.grid})")
         require("shapes", self.shapes, bool(self.shapes) and len(set(self.shapes)) == len(self.shapes)
                 and all(x in SHAPES for x in self.shapes), f"be a non-empty subset of {SHAPES} without repeats")
         check_range(self, "min_objects", 2, self.max_scene_objects)
@@ -215,14 +224,23 @@ def _pick_labels(rng: np.random.Generator, cfg: SyntheticConfig, n: int) -> list
 
 
 def _grid_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneObject]:
-    """Each object fills its own cell of the cfg.grid x cfg.grid grid but for a 2 px border."""
+    """Each object in its own cell of the cfg.grid x cfg.grid grid, inside a 2 px border: filling it, or (cell_placement
+    "random") a square of random side at a random place."""
     n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
     cells = rng.choice(cfg.grid * cfg.grid, size=n, replace=False)
+    side = min(cfg.width, cfg.height)
+    smin = max(4, int(round(cfg.min_size_frac * side)))
+    smax = max(smin, int(round(cfg.max_size_frac * side)))
     objects = []
     for (color, shape), cell in zip(_pick_labels(rng, cfg, n), cells):
         r, c = divmod(int(cell), cfg.grid)
         x1, x2 = c * cfg.width // cfg.grid + 2, (c + 1) * cfg.width // cfg.grid - 2
         y1, y2 = r * cfg.height // cfg.grid + 2, (r + 1) * cfg.height // cfg.grid - 2
+        if cfg.cell_placement == "random":
+            s = int(rng.integers(smin, min(smax, x2 - x1, y2 - y1) + 1))
+            x1 += int(rng.integers(0, x2 - x1 - s + 1))
+            y1 += int(rng.integers(0, y2 - y1 - s + 1))
+            x2, y2 = x1 + s, y1 + s
         objects.append(SceneObject(shape=shape, color=color, bbox=(x1, y1, x2, y2)))
     return objects
 
