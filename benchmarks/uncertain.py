@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 import jax
+import learning
 import numpy as np
 
-import learning
 from spatial_jax import config as C
 from spatial_jax.cli import main as cli_main
 from spatial_jax.cli import one_line_errors

@@ -59,7 +59,8 @@ class SyntheticConfig:
     px, grid 4: 32 px cells), each object is one image token whose position embedding says where it is, so a tiny policy
     can learn its box. cell_placement (with a grid): "fill" as above, or "random": each object a square of side drawn
     from the size fractions (of the image's shorter side), placed at random inside its cell's 2 px border, so its token
-    says only roughly where it is and every digit of its box is in doubt. distinct_colors: no two objects of a scene share a colour, so a colour alone names an object.
+    says only roughly where it is and every digit of its box is in doubt. distinct_colors: no two objects of a scene
+    share a colour, so a colour alone names an object.
     shapes: the shapes objects take (one shape: a label's noun tells nothing). shuffle_options: options in random order;
     otherwise sorted (relative position: above, below, left, right), so an answer's letter follows from the answer
     alone. box_order: the order of the reference completion's box lines: "question" (the objects in the order the
