@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import os
 import pickle
 import time
@@ -28,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from spatial_jax.digests import sha256
 from spatial_jax.rollout.completions import Completions
 
 
@@ -92,12 +92,13 @@ class RolloutsAhead:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{checkpoint_step}.pkl"
         part = path.with_name(path.name + ".part")
+        data = pickle.dumps(rolled, protocol=pickle.HIGHEST_PROTOCOL)
         with open(part, "wb") as f:
-            pickle.dump(rolled, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(part, path)
-        return {"pending": {"file": path.name, "sha256": sha256(path), "step": rolled.step,
+        return {"pending": {"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "step": rolled.step,
                             "data_before": self.data_before}}
 
     def prune(self, kept_steps: list[int]) -> None:
@@ -112,13 +113,13 @@ class RolloutsAhead:
         """Takes back the rollouts a checkpoint's meta names; returns why it could not (then nothing is ahead)."""
         path = self.directory / record["file"]
         try:
-            digest = sha256(path)
+            data = path.read_bytes()  # read once: hashed, then unpickled
         except OSError as e:
             return f"{path} does not read ({e.strerror or e})"
+        digest = hashlib.sha256(data).hexdigest()
         if digest != record["sha256"]:
             return f"{path} has changed since it was written (SHA-256 {record['sha256'][:12]} -> {digest[:12]})"
-        with open(path, "rb") as f:
-            rolled = pickle.load(f)  # our own file, its digest checked against the checkpoint's record
+        rolled = pickle.loads(data)  # our own file, its digest checked against the checkpoint's record
         if not isinstance(rolled, Rolled) or rolled.step != record["step"]:
             return f"{path} does not hold step {record['step']}'s rollouts"
         self._ready = rolled
