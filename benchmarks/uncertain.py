@@ -47,9 +47,9 @@ FULL, BETA1, NO_VALIDITY, ANSWER = (learning.VARIANTS[n][0] for n in (
     "answer + format only"))
 NAMES = {directory: name for name, (directory, _) in learning.VARIANTS.items()}
 EXTRA = {directory: extra for directory, extra in learning.VARIANTS.values()}
-# Table 5: SpatialCORE against beta = 1 (where does confidence weighting stop protecting?) and answer + format (no
-# pseudo-GT at all); no validity weighting runs at level 0 only (Table 3), as 2 cores in ~90 minutes allow no more
-TABLE5_ARMS = (FULL, BETA1, ANSWER)
+# Table 5: SpatialCORE against beta = 1 (where does confidence weighting stop protecting?), against no validity
+# weighting (does validity guard against the same noise as H?) and against answer + format (no pseudo-GT at all)
+TABLE5_ARMS = (FULL, BETA1, NO_VALIDITY, ANSWER)
 BEGIN, END = "<!-- uncertain.py: begin -->", "<!-- uncertain.py: end -->"
 
 
@@ -159,8 +159,9 @@ def table5(per_seed: list[dict], levels: list[float], reports: dict) -> str:
     for arm in TABLE5_ARMS:
         cells = [diff_cell(paired(per_seed, (0.0, arm), (x, arm), "matched IoU")) if x else "" for x in levels]
         lines.append(f"| {NAMES[arm]}: clean - corrupted | " + " | ".join(cells) + " |")
-    lines += ["", f"Confidence weighting protects grounding (SpatialCORE's matched IoU beyond 2 standard errors above "
-              f"beta = 1's) up to: {protected_up_to(per_seed, levels)}.", "",
+    lines += ["", "Each weighting protects grounding (SpatialCORE's matched IoU beyond 2 standard errors above the arm "
+              f"without it) at every level up to: confidence {protected_up_to(per_seed, levels, BETA1)}, validity "
+              f"{protected_up_to(per_seed, levels, NO_VALIDITY)}.", "",
               "Corruption realised by `spatial-jax corrupt` (whole training file): " + "; ".join(
                   f"{level_name(x)}: {r['corrupted']} of {r['boxes']} boxes ({r['by_kind']['removed']} removed, "
                   f"{r['by_kind']['relabelled']} relabelled, {r['by_kind']['displaced']} displaced)"
@@ -168,11 +169,12 @@ def table5(per_seed: list[dict], levels: list[float], reports: dict) -> str:
     return "\n".join(lines)
 
 
-def protected_up_to(per_seed: list[dict], levels: list[float]) -> str:
-    """The highest level below which, at every level, confidence weighting's matched-IoU gain holds."""
+def protected_up_to(per_seed: list[dict], levels: list[float], without: str) -> str:
+    """The highest level up to which, at every level, SpatialCORE's matched-IoU gain over the arm `without` the
+    weighting holds."""
     last = None
     for x in levels:
-        if verdict(paired(per_seed, (x, FULL), (x, BETA1), "matched IoU")) != "holds":
+        if verdict(paired(per_seed, (x, FULL), (x, without), "matched IoU")) != "holds":
             break
         last = x
     return "no level (it does not hold on clean pseudo-GT)" if last is None else level_name(last)

@@ -141,7 +141,7 @@ def _figures(iou):
             "correct": {}}
 
 
-def test_table5_says_where_confidence_weighting_stops_protecting():
+def test_table5_says_where_each_weighting_stops_protecting():
     levels = [0.0, 0.2, 0.4]
     # SpatialCORE above beta = 1 by 0.05 +- 0.001 at 0 and 20%, by nothing at 40%
     gains = {0.0: [0.05, 0.051, 0.049], 0.2: [0.05, 0.049, 0.051], 0.4: [0.01, -0.01, 0.0]}
@@ -152,12 +152,17 @@ def test_table5_says_where_confidence_weighting_stops_protecting():
             for arm in uncertain.arms(x):
                 s[(x, arm)] = _figures(0.6)
             s[(x, uncertain.FULL)] = _figures(0.6 + gains[x][k])
+            s[(x, uncertain.NO_VALIDITY)] = _figures(0.6 + gains[x][k])  # validity weighting adds nothing
         per_seed.append(s)
-    assert uncertain.protected_up_to(per_seed, levels) == "20%"
+    assert uncertain.protected_up_to(per_seed, levels, uncertain.BETA1) == "20%"
+    assert uncertain.protected_up_to(per_seed, levels, uncertain.NO_VALIDITY).startswith("no level")
     assert uncertain.verdict([0.05, 0.051, 0.049]) == "holds"
     assert uncertain.verdict([0.05, -0.01, 0.0]) == "direction only"
     assert uncertain.verdict([-0.01, -0.02, 0.0]) == "does not hold"
     text = uncertain.table5(per_seed, levels, {0.0: None})
     assert "| SpatialCORE - beta = 1 (confidence weighting) | 0.050 ± 0.001 (holds) | 0.050 ± 0.001 (holds) |" in text
     assert text.count("| answer + format only |") == 4  # IoU, accuracy, H and rho tables
+    assert text.count("| no validity weighting |") == 4
+    assert "| SpatialCORE - no validity weighting | 0.000 ± 0.000 (does not hold) |" in text
+    assert "up to: confidence 20%, validity no level" in text
     assert uncertain.table3(per_seed, [0, 1, 2], "Config X.").startswith("Seeds 0, 1, 2")
