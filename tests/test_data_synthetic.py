@@ -401,9 +401,9 @@ def test_language_prior_skews_training_answers_only_by_choosing_true_scenes():
             if about & {"red", "green"}:
                 named += 1
                 left += gold == "left"
-                assert syn.prior_is_wrong(prior, s) == (gold != "left")
+                assert syn.names_prior(prior, s) and syn.prior_is_wrong(prior, s) == (gold != "left")
             else:  # a question the prior does not name is the world's own sample
-                assert not syn.prior_is_wrong(prior, s)
+                assert not syn.names_prior(prior, s) and not syn.prior_is_wrong(prior, s)
                 t = syn.make_sample(base, split, i, render_image=False)
                 assert (s.question, s.answer, s.gt_boxes, s.reference) == (t.question, t.answer, t.gt_boxes,
                                                                           t.reference)

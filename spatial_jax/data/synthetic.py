@@ -656,7 +656,7 @@ def _annotator_mirrors(cfg: SyntheticConfig, split: str, index: int, objects, q:
 PRIOR_DRAWS = 10_000
 
 
-def _names_prior(cfg: SyntheticConfig, objects: Sequence[SceneObject], q: Question) -> bool:
+def _asks_prior(cfg: SyntheticConfig, objects: Sequence[SceneObject], q: Question) -> bool:
     return q.category == "relative_position" and any(objects[i].color in cfg.prior_colors for i in q.relevant)
 
 
@@ -665,25 +665,29 @@ def _with_prior(rng: np.random.Generator, cfg: SyntheticConfig, split: str, inde
     """The drawn (scene, question), or, for a training question naming a prior colour, the first one drawn from
     here on that names a prior colour and whose true answer is prior_answer exactly when a coin of the sample's own
     stream says so (rate prior_rate): the skew comes from which scenes are kept, never from relabelling."""
-    if split != "train" or not _names_prior(cfg, objects, q):
+    if split != "train" or not _asks_prior(cfg, objects, q):
         return objects, q
     want = bool(np.random.default_rng([cfg.seed, SPLITS[split], index, 2]).random() < cfg.prior_rate)
     for _ in range(PRIOR_DRAWS):
-        if _names_prior(cfg, objects, q) and (q.reasoning[1][2] == cfg.prior_answer) == want:
+        if _asks_prior(cfg, objects, q) and (q.reasoning[1][2] == cfg.prior_answer) == want:
             return objects, q
         objects, q = _draw(rng, cfg)
     raise RuntimeError(f"no scene in {PRIOR_DRAWS} draws whose answer is{'' if want else ' not'} "
                        f"{cfg.prior_answer!r} for a question naming one of {cfg.prior_colors}")
 
 
-def prior_is_wrong(cfg: SyntheticConfig, sample: Sample) -> bool:
-    """Whether `sample` is a relative-position question naming a prior colour whose true answer is not the prior's:
-    the questions that text alone gets wrong (read from the sample's objects, not from the generator)."""
+def names_prior(cfg: SyntheticConfig, sample: Sample) -> bool:
+    """Whether `sample` is a relative-position question naming an object of a prior colour (read from the sample's
+    objects, not from the generator, so a written dataset answers it too)."""
     if sample.category != "relative_position":
         return False
     colours = {o["label"]: o["color"] for o in sample.meta["objects"]}
-    named = any(colours[label] in cfg.prior_colors for label in sample.meta["relevant"])
-    return named and sample.options[LETTERS.index(sample.answer)] != cfg.prior_answer
+    return any(colours[label] in cfg.prior_colors for label in sample.meta["relevant"])
+
+
+def prior_is_wrong(cfg: SyntheticConfig, sample: Sample) -> bool:
+    """Whether text alone gets `sample` wrong: it names a prior colour and its true answer is not the prior's."""
+    return names_prior(cfg, sample) and sample.options[LETTERS.index(sample.answer)] != cfg.prior_answer
 
 
 # ---------------------------------------------------------------- samples
