@@ -33,6 +33,7 @@ VANILLA, PROSR = "vanilla GRPO (answer + format)", "ProSR (as specified)"
 ARMS = {VANILLA: ("vanilla", ["rewards.prosr.lambda_cf=0.0", "rewards.prosr.lambda_drift=0.0"]), PROSR: ("prosr", [])}
 WRONG, PRIOR = "accuracy where the prior is wrong", "prior's answer to prior-colour questions"
 COLUMNS = ("accuracy", WRONG, PRIOR, "A_blank", "SAR", "NTS", "LRR@0.1")
+TRUE = "prior's answer true"  # on the same questions: PRIOR for a policy that always answers right
 BEGIN, END = "<!-- papers.py prosr: begin -->", "<!-- papers.py prosr: end -->"
 # (claim, column, run whose figure should be higher, run it is compared with)
 CLAIMS = (
@@ -81,7 +82,8 @@ def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: d
     return {"accuracy": summary["accuracy"]["mean"],
             WRONG: _mean([correct[i] for i, (wrong, _) in prior.items() if wrong and i in correct]),
             PRIOR: _mean([float(answered[i] == letter) for i, (_, letter) in prior.items() if i in answered]),
-            **{k: process.get(k) for k in COLUMNS[3:]}, "correct": correct}
+            **{k: process.get(k) for k in COLUMNS[3:]}, "correct": correct,
+            TRUE: _mean([float(not wrong) for i, (wrong, _) in prior.items() if i in answered])}
 
 
 def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
@@ -91,8 +93,10 @@ def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
 
 def main_table(per_seed: list[dict], seeds: list[int], note: str) -> list[str]:
     """Each figure at the SFT start and after each arm, and the paired changes, mean ± standard error over seeds."""
+    true = learning.over_seeds([s["SFT start"][TRUE] for s in per_seed])
     lines = [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds; each change is paired seed by "
-             f"seed (both arms start from the seed's SFT start). {note}", "",
+             f"seed (both arms start from the seed's SFT start). {note} A policy that always answers right gives "
+             f"the prior's answer to {true} of the prior-colour questions.", "",
              "| figure | SFT start | vanilla | vanilla - start | ProSR | ProSR - start | ProSR - vanilla |",
              "|---|---|---|---|---|---|---|"]
     for column in COLUMNS:

@@ -53,6 +53,7 @@ def test_figures_read_accuracy_where_the_prior_is_wrong_and_the_prior_given(tmp_
     summary = {"accuracy": {"mean": 0.3}, "process": {"A_blank": 0.4, "SAR": 0.9, "NTS": 0.8, "LRR@0.1": 0.0}}
     f = paper_prosr.figures(cfg, tmp_path, "sft", summary)
     assert f[paper_prosr.WRONG] == 0.0 and f[paper_prosr.PRIOR] == 1.0
+    assert f[paper_prosr.TRUE] == sum(not prior_is_wrong(world, s) for s in named) / len(named)
     assert (f["accuracy"], f["A_blank"], f["SAR"], f["LRR@0.1"]) == (0.3, 0.4, 0.9, 0.0)
     assert len(f["correct"]) == 60
     # unparsed answers count as not giving the prior's; a missing evaluation file measures nothing
@@ -65,7 +66,7 @@ def test_figures_read_accuracy_where_the_prior_is_wrong_and_the_prior_given(tmp_
 
 def _figures(acc, wrong, prior, a_blank, sar, nts, lrr, correct=None):
     return {"accuracy": acc, paper_prosr.WRONG: wrong, paper_prosr.PRIOR: prior, "A_blank": a_blank, "SAR": sar,
-            "NTS": nts, "LRR@0.1": lrr, "correct": correct or {}}
+            "NTS": nts, "LRR@0.1": lrr, "correct": correct or {}, paper_prosr.TRUE: 0.25}
 
 
 def _seeds():
@@ -85,6 +86,7 @@ def test_tables_pair_each_arm_with_its_start_and_give_the_claims_verdicts():
     text = paper_prosr.tables(_seeds(), [0, 1, 2], "Config X.")
     lines = text.splitlines()
     assert lines[0].startswith("Seeds 0, 1, 2: mean ± standard error over seeds") and "Config X." in lines[0]
+    assert lines[0].endswith("gives the prior's answer to 0.250 ± 0.000 of the prior-colour questions.")
     rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ")}
     assert set(paper_prosr.COLUMNS) <= set(rows)
     se = 0.01 / math.sqrt(3)

@@ -417,3 +417,17 @@ def test_language_prior_skews_training_answers_only_by_choosing_true_scenes():
                        ({"prior_colors": ("red",), "question_types": ("counting",)}, "question_types")):
         with pytest.raises(ValueError, match=match):
             syn.SyntheticConfig(**bad)
+
+
+def test_letter_reasoning_boxes_writes_the_box_lines_before_the_argument_and_one_letter():
+    boxes = dataclasses.replace(GRID, letter_reasoning="boxes")
+    for i in range(10):
+        s, t = syn.make_sample(boxes, "train", i, render_image=False), syn.make_sample(GRID, "train", i, False)
+        letter = s.reference["prosr"]
+        assert letter == s.reference[THINK_BOXES.reference_key]  # box lines, lead, argument, </think>, letter
+        assert letter.endswith(f"</think>\n{s.answer}") and _box_lines(letter)
+        assert not _box_lines(t.reference["prosr"]) and t.reference["prosr"].startswith(("Centres", "Widths", "Match"))
+        assert letter.endswith(t.reference["prosr"])  # the same argument and letter after the boxes
+        assert (s.question, s.answer, s.gt_boxes) == (t.question, t.answer, t.gt_boxes)
+    with pytest.raises(ValueError, match="letter_reasoning"):
+        C.from_dict(syn.SyntheticConfig, {"letter_reasoning": "prose"})

@@ -80,7 +80,11 @@ class SyntheticConfig:
     prior_rate: such a sample's scene and question are drawn again from its own stream until the true answer is
     (or is not) prior_answer, so image, answer, pseudo-GT and reference completions all stay true. Every other
     sample, and the whole held-out split, is the world without the prior (a balanced held-out split, where the
-    prior's answer is usually wrong)."""
+    prior's answer is usually wrong).
+    letter_reasoning: the reasoning of the letter-only reference completion (ProSR's format: reasoning, `</think>`,
+    one letter): "centres" (the objects' centres, then the argument) or "boxes" (the question's box lines and the
+    argument, as the box format writes them before its `</think>`), so a policy pretrained to write boxes says where
+    things are in the form it knows; the letter's reward never reads them."""
 
     width: int = 96
     height: int = 96
@@ -105,6 +109,7 @@ class SyntheticConfig:
     prior_colors: tuple[str, ...] = ()
     prior_answer: str = "left"
     prior_rate: float = 0.0
+    letter_reasoning: Literal["centres", "boxes"] = "centres"
     seed: int = 0
 
     def __post_init__(self):
@@ -142,6 +147,8 @@ class SyntheticConfig:
                 f"be distinct colours of {tuple(COLORS)}")
         require("prior_answer", self.prior_answer, self.prior_answer in DIRECTIONS, f"be one of {DIRECTIONS}")
         check_range(self, "prior_rate", 0, 1)
+        require("letter_reasoning", self.letter_reasoning, self.letter_reasoning in ("centres", "boxes"),
+                'be "centres" or "boxes"')
         require("question_types", self.question_types,
                 not self.prior_colors or "relative_position" in self.question_types,
                 "include relative_position when prior_colors is set (the prior's answer is a direction)")
@@ -606,7 +613,8 @@ def reference_completions(
         json.dumps({"bbox_2d": list(norm(objects[i].bbox)), "label": objects[i].label}) + "\n" for i in boxed
     )
     core = f"{box_lines}{BOX_LEAD}\n{_reasoning(objects, q, norm)}\n</think>\n{final}"
-    letter_only = f"{_reasoning(objects, q, norm)}\n</think>\n{final}"  # ProSR: no boxes
+    # ProSR: reasoning, then one letter; boxes only as text of the reasoning when the world asks for them
+    letter_only = core if cfg.letter_reasoning == "boxes" else f"{_reasoning(objects, q, norm)}\n</think>\n{final}"
     if isinstance(q.answer, str):
         answer_text = f"({q.answer}) {q.options[LETTERS.index(q.answer)]}"
     else:
