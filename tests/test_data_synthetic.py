@@ -382,3 +382,52 @@ def test_biased_annotator_mirrors_the_targets_of_its_colours_and_leaves_the_trut
         syn.SyntheticConfig(mirror_colors=("grey",))
     with pytest.raises(ValueError, match="mirror_rate"):
         syn.SyntheticConfig(mirror_rate=1.5)
+
+
+def test_language_prior_skews_training_answers_only_by_choosing_true_scenes():
+    base = dataclasses.replace(GRID, grid=2, width=64, height=64, min_objects=2, max_objects=2, anchor="blue",
+                               question_types=("relative_position",))
+    prior = dataclasses.replace(base, prior_colors=("red", "green"), prior_rate=0.7)
+    for split, low, high in (("train", 0.62, 0.78), ("heldout", 0.15, 0.35)):
+        named = left = 0
+        for i in range(600):
+            s = syn.make_sample(prior, split, i, render_image=i < 40)
+            gold = s.options[LETTERS.index(s.answer)]
+            assert gold == _expected_answer(s)  # the answer is the true one of the objects' boxes
+            if i < 40:  # and the image shows those objects
+                scene = [syn.SceneObject(o["shape"], o["color"], tuple(o["bbox"])) for o in s.meta["objects"]]
+                assert np.array_equal(syn.render(scene, 64, 64), s.image)
+            about = {o["color"] for o in s.meta["objects"] if o["label"] in s.meta["relevant"]}
+            if about & {"red", "green"}:
+                named += 1
+                left += gold == "left"
+                assert syn.names_prior(prior, s) and syn.prior_is_wrong(prior, s) == (gold != "left")
+            else:  # a question the prior does not name is the world's own sample
+                assert not syn.names_prior(prior, s) and not syn.prior_is_wrong(prior, s)
+                t = syn.make_sample(base, split, i, render_image=False)
+                assert (s.question, s.answer, s.gt_boxes, s.reference) == (t.question, t.answer, t.gt_boxes,
+                                                                          t.reference)
+        assert named > 150 and low < left / named < high, (split, left, named)
+    # the held-out split is the world without the prior, sample for sample
+    assert syn.make_sample(prior, "heldout", 7).reference == syn.make_sample(base, "heldout", 7).reference
+    assert syn.SyntheticConfig().prior_colors == ()
+    for bad, match in (({"prior_colors": ("grey",)}, "prior_colors"),
+                       ({"prior_colors": ("red", "red")}, "prior_colors"),
+                       ({"prior_answer": "up"}, "prior_answer"), ({"prior_rate": 1.5}, "prior_rate"),
+                       ({"prior_colors": ("red",), "question_types": ("counting",)}, "question_types")):
+        with pytest.raises(ValueError, match=match):
+            syn.SyntheticConfig(**bad)
+
+
+def test_letter_reasoning_boxes_writes_the_box_lines_before_the_argument_and_one_letter():
+    boxes = dataclasses.replace(GRID, letter_reasoning="boxes")
+    for i in range(10):
+        s, t = syn.make_sample(boxes, "train", i, render_image=False), syn.make_sample(GRID, "train", i, False)
+        letter = s.reference["prosr"]
+        assert letter == s.reference[THINK_BOXES.reference_key]  # box lines, lead, argument, </think>, letter
+        assert letter.endswith(f"</think>\n{s.answer}") and _box_lines(letter)
+        assert not _box_lines(t.reference["prosr"]) and t.reference["prosr"].startswith(("Centres", "Widths", "Match"))
+        assert letter.endswith(t.reference["prosr"])  # the same argument and letter after the boxes
+        assert (s.question, s.answer, s.gt_boxes) == (t.question, t.answer, t.gt_boxes)
+    with pytest.raises(ValueError, match="letter_reasoning"):
+        C.from_dict(syn.SyntheticConfig, {"letter_reasoning": "prose"})

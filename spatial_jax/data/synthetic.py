@@ -73,7 +73,18 @@ class SyntheticConfig:
     mirrored left to right (each box in the other column, left and right swapped in the reasoning and the answer it
     writes); the image, question, gold answer and pseudo-GT stay true. A policy trained on them writes the mirrored
     boxes where the rate is above 1/2 yet gives the true ones probability 1 - rate: errors it is unsure of, which RL
-    with the gold answers and pseudo-GT can correct."""
+    with the gold answers and pseudo-GT can correct.
+    prior_colors, prior_answer, prior_rate: a language prior that the question's text alone can exploit (ProSR's
+    blank-image shortcut; off while prior_colors is empty). In the training split, a relative-position question
+    naming an object of one of these colours has the gold answer prior_answer (a direction) with probability
+    prior_rate: such a sample's scene and question are drawn again from its own stream until the true answer is
+    (or is not) prior_answer, so image, answer, pseudo-GT and reference completions all stay true. Every other
+    sample, and the whole held-out split, is the world without the prior (a balanced held-out split, where the
+    prior's answer is usually wrong).
+    letter_reasoning: the reasoning of the letter-only reference completion (ProSR's format: reasoning, `</think>`,
+    one letter): "centres" (the objects' centres, then the argument) or "boxes" (the question's box lines and the
+    argument, as the box format writes them before its `</think>`), so a policy pretrained to write boxes says where
+    things are in the form it knows; the letter's reward never reads them."""
 
     width: int = 96
     height: int = 96
@@ -95,6 +106,10 @@ class SyntheticConfig:
     anchor: str = ""
     mirror_colors: tuple[str, ...] = ()
     mirror_rate: float = 0.0
+    prior_colors: tuple[str, ...] = ()
+    prior_answer: str = "left"
+    prior_rate: float = 0.0
+    letter_reasoning: Literal["centres", "boxes"] = "centres"
     seed: int = 0
 
     def __post_init__(self):
@@ -127,6 +142,16 @@ class SyntheticConfig:
                 len(set(self.mirror_colors)) == len(self.mirror_colors) and set(self.mirror_colors) <= set(COLORS),
                 f"be distinct colours of {tuple(COLORS)}")
         check_range(self, "mirror_rate", 0, 1)
+        require("prior_colors", self.prior_colors,
+                len(set(self.prior_colors)) == len(self.prior_colors) and set(self.prior_colors) <= set(COLORS),
+                f"be distinct colours of {tuple(COLORS)}")
+        require("prior_answer", self.prior_answer, self.prior_answer in DIRECTIONS, f"be one of {DIRECTIONS}")
+        check_range(self, "prior_rate", 0, 1)
+        require("letter_reasoning", self.letter_reasoning, self.letter_reasoning in ("centres", "boxes"),
+                'be "centres" or "boxes"')
+        require("question_types", self.question_types,
+                not self.prior_colors or "relative_position" in self.question_types,
+                "include relative_position when prior_colors is set (the prior's answer is a direction)")
 
     @property
     def max_scene_objects(self) -> int:
@@ -588,7 +613,8 @@ def reference_completions(
         json.dumps({"bbox_2d": list(norm(objects[i].bbox)), "label": objects[i].label}) + "\n" for i in boxed
     )
     core = f"{box_lines}{BOX_LEAD}\n{_reasoning(objects, q, norm)}\n</think>\n{final}"
-    letter_only = f"{_reasoning(objects, q, norm)}\n</think>\n{final}"  # ProSR: no boxes
+    # ProSR: reasoning, then one letter; boxes only as text of the reasoning when the world asks for them
+    letter_only = core if cfg.letter_reasoning == "boxes" else f"{_reasoning(objects, q, norm)}\n</think>\n{final}"
     if isinstance(q.answer, str):
         answer_text = f"({q.answer}) {q.options[LETTERS.index(q.answer)]}"
     else:
@@ -632,6 +658,46 @@ def _annotator_mirrors(cfg: SyntheticConfig, split: str, index: int, objects, q:
     return bool(np.random.default_rng([cfg.seed, SPLITS[split], index, 1]).random() < cfg.mirror_rate)
 
 
+# ---------------------------------------------------------------- the language prior (prior_colors)
+
+# Draws allowed to find a scene whose answer the prior asks for (about 20 on average for one colour of five, "left").
+PRIOR_DRAWS = 10_000
+
+
+def _asks_prior(cfg: SyntheticConfig, objects: Sequence[SceneObject], q: Question) -> bool:
+    return q.category == "relative_position" and any(objects[i].color in cfg.prior_colors for i in q.relevant)
+
+
+def _with_prior(rng: np.random.Generator, cfg: SyntheticConfig, split: str, index: int,
+                objects: list[SceneObject], q: Question) -> tuple[list[SceneObject], Question]:
+    """The drawn (scene, question), or, for a training question naming a prior colour, the first one drawn from
+    here on that names a prior colour and whose true answer is prior_answer exactly when a coin of the sample's own
+    stream says so (rate prior_rate): the skew comes from which scenes are kept, never from relabelling."""
+    if split != "train" or not _asks_prior(cfg, objects, q):
+        return objects, q
+    want = bool(np.random.default_rng([cfg.seed, SPLITS[split], index, 2]).random() < cfg.prior_rate)
+    for _ in range(PRIOR_DRAWS):
+        if _asks_prior(cfg, objects, q) and (q.reasoning[1][2] == cfg.prior_answer) == want:
+            return objects, q
+        objects, q = _draw(rng, cfg)
+    raise RuntimeError(f"no scene in {PRIOR_DRAWS} draws whose answer is{'' if want else ' not'} "
+                       f"{cfg.prior_answer!r} for a question naming one of {cfg.prior_colors}")
+
+
+def names_prior(cfg: SyntheticConfig, sample: Sample) -> bool:
+    """Whether `sample` is a relative-position question naming an object of a prior colour (read from the sample's
+    objects, not from the generator, so a written dataset answers it too)."""
+    if sample.category != "relative_position":
+        return False
+    colours = {o["label"]: o["color"] for o in sample.meta["objects"]}
+    return any(colours[label] in cfg.prior_colors for label in sample.meta["relevant"])
+
+
+def prior_is_wrong(cfg: SyntheticConfig, sample: Sample) -> bool:
+    """Whether text alone gets `sample` wrong: it names a prior colour and its true answer is not the prior's."""
+    return names_prior(cfg, sample) and sample.options[LETTERS.index(sample.answer)] != cfg.prior_answer
+
+
 # ---------------------------------------------------------------- samples
 
 
@@ -643,18 +709,21 @@ def _rng(cfg: SyntheticConfig, split: str, index: int) -> np.random.Generator:
     return np.random.default_rng([cfg.seed, SPLITS[split], index])
 
 
-def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool = True) -> Sample:
-    """Sample `index` of `split`: deterministic from (cfg, split, index). Without rendering, `image` is 0x0."""
-    rng = _rng(cfg, split, index)
+def _draw(rng: np.random.Generator, cfg: SyntheticConfig) -> tuple[list[SceneObject], Question]:
     while True:
         objects = sample_scene(rng, cfg)
         for _ in range(8):
             qtype = cfg.question_types[int(rng.integers(len(cfg.question_types)))]
             q = _BUILDERS[qtype](rng, objects, cfg)
             if q is not None:
-                break
-        if q is not None:
-            break
+                return objects, q
+
+
+def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool = True) -> Sample:
+    """Sample `index` of `split`: deterministic from (cfg, split, index). Without rendering, `image` is 0x0."""
+    rng = _rng(cfg, split, index)
+    objects, q = _draw(rng, cfg)
+    objects, q = _with_prior(rng, cfg, split, index, objects, q)
     boxes, kinds = pseudo_gt(rng, objects, list(dict.fromkeys(q.relevant)), cfg)
     scene = scene_graph(objects, q)
     image = render(objects, cfg.width, cfg.height) if render_image else np.zeros((0, 0, 3), np.uint8)

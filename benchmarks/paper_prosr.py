@@ -1,0 +1,136 @@
+"""ProSR's Tables 2 and 4 in miniature, for benchmarks/papers.py --paper prosr: vanilla GRPO (answer + format) grows
+reliance on the question's language prior, and ProSR's process penalties (the blank-image counterfactual and late
+drift, SPEC 3) reverse it.
+
+The world (configs/prosr_prior_cpu.toml) has a prior that text alone can exploit: in the training split a question
+naming a prior colour has the prior's answer at data.synthetic.prior_rate; the held-out split is balanced. Figures per
+evaluation: held-out accuracy; accuracy on the held-out questions the prior gets wrong (a prior-colour question whose
+true answer is not the prior's); how often the policy gives the prior's answer to a prior-colour question (the truth's
+share is that of the balanced split, about 1/4); and ProSR's diagnostics A_blank, SAR, NTS, LRR@0.1 from the
+evaluation's sampled (image, blank) pairs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import learning
+import numpy as np
+import uncertain
+
+from spatial_jax import config as C
+from spatial_jax.data.pipeline import open_source
+from spatial_jax.data.sample import LETTERS
+from spatial_jax.data.synthetic import names_prior, prior_is_wrong
+from spatial_jax.rewards.parse_think import parse_think
+from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.report import correct_by_id, read_json
+
+CONFIG = "configs/prosr_prior_cpu.toml"
+VANILLA, PROSR = "vanilla GRPO (answer + format)", "ProSR (as specified)"
+# arm name -> (run directory name, reward overrides): vanilla keeps R_acc + 0.2 R_fmt of eq. 11 and drops its
+# process terms (lambda_cf = lambda_drift = 0); both arms roll out the same blank images, so the budget is the same
+ARMS = {VANILLA: ("vanilla", ["rewards.prosr.lambda_cf=0.0", "rewards.prosr.lambda_drift=0.0"]), PROSR: ("prosr", [])}
+WRONG, PRIOR = "accuracy where the prior is wrong", "prior's answer to prior-colour questions"
+COLUMNS = ("accuracy", WRONG, PRIOR, "A_blank", "SAR", "NTS", "LRR@0.1")
+TRUE = "prior's answer true"  # on the same questions: PRIOR for a policy that always answers right
+BEGIN, END = "<!-- papers.py prosr: begin -->", "<!-- papers.py prosr: end -->"
+# (claim, column, run whose figure should be higher, run it is compared with)
+CLAIMS = (
+    ("Table 2: vanilla GRPO raises A_blank over the SFT start", "A_blank", VANILLA, "SFT start"),
+    ("Table 2: vanilla GRPO raises SAR", "SAR", VANILLA, "SFT start"),
+    ("Table 2: vanilla GRPO raises NTS", "NTS", VANILLA, "SFT start"),
+    ("Table 2: vanilla GRPO gives the prior's answer more often", PRIOR, VANILLA, "SFT start"),
+    ("Table 4: ProSR's A_blank below vanilla's", "A_blank", VANILLA, PROSR),
+    ("Table 4: ProSR's SAR below vanilla's", "SAR", VANILLA, PROSR),
+    ("Table 4: ProSR's NTS below vanilla's", "NTS", VANILLA, PROSR),
+    ("Table 4: ProSR's LRR@0.1 below vanilla's", "LRR@0.1", VANILLA, PROSR),
+    ("Table 4: ProSR more accurate than vanilla", "accuracy", PROSR, VANILLA),
+    ("beyond: ProSR more accurate where the prior is wrong", WRONG, PROSR, VANILLA),
+)
+
+
+def check(cfg: TrainConfig) -> None:
+    """The job must be ProSR's, on a world whose prior the tables can measure."""
+    if cfg.method != "prosr":
+        raise C.ConfigError(f"--paper prosr needs method = \"prosr\", got {cfg.method!r}")
+    if not cfg.data.synthetic.prior_colors:
+        raise C.ConfigError("--paper prosr needs a world with a language prior (data.synthetic.prior_colors)")
+
+
+def prior_questions(cfg: TrainConfig) -> dict[str, tuple[bool, str]]:
+    """Held-out question id -> (the prior gets it wrong, the letter of the prior's answer), for each question naming
+    a prior colour."""
+    world = cfg.data.synthetic
+    return {s.id: (prior_is_wrong(world, s), LETTERS[s.options.index(world.prior_answer)])
+            for s in open_source(cfg.data.eval, world, check_images=False) if names_prior(world, s)}
+
+
+def _mean(x: list[float]) -> float | None:
+    return float(np.mean(x)) if x else None
+
+
+def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: dict | None = None) -> dict:
+    """One evaluation's figures (COLUMNS; None where nothing was measured) and its correctness by question id.
+    `prior`: prior_questions(cfg), when already at hand."""
+    prior = prior_questions(cfg) if prior is None else prior
+    written = read_json(run_dir / f"eval_{stage}.json")
+    rows = written["rows"] if isinstance(written, dict) else []
+    correct = correct_by_id(rows)
+    answered = {r["id"]: parse_think(r["completion"]).answer for r in rows}
+    process = summary.get("process") or {}
+    return {"accuracy": summary["accuracy"]["mean"],
+            WRONG: _mean([correct[i] for i, (wrong, _) in prior.items() if wrong and i in correct]),
+            PRIOR: _mean([float(answered[i] == letter) for i, (_, letter) in prior.items() if i in answered]),
+            **{k: process.get(k) for k in COLUMNS[3:]}, "correct": correct,
+            TRUE: _mean([float(not wrong) for i, (wrong, _) in prior.items() if i in answered])}
+
+
+def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
+    return "\n".join([*main_table(per_seed, seeds, note), "", *claims_table(per_seed), "",
+                      *per_seed_table(per_seed, seeds)])
+
+
+def main_table(per_seed: list[dict], seeds: list[int], note: str) -> list[str]:
+    """Each figure at the SFT start and after each arm, and the paired changes, mean ± standard error over seeds
+    (verdicts are the claims table's: whether a rise is good depends on the figure)."""
+    true = learning.over_seeds([s["SFT start"][TRUE] for s in per_seed])
+    lines = [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds; each change is paired seed by "
+             f"seed (both arms start from the seed's SFT start). {note} A policy that always answers right gives "
+             f"the prior's answer to {true} of the prior-colour questions.", "",
+             "| figure | SFT start | vanilla | vanilla - start | ProSR | ProSR - start | ProSR - vanilla |",
+             "|---|---|---|---|---|---|---|"]
+    for column in COLUMNS:
+        cells = [learning.over_seeds([s[run][column] for s in per_seed]) for run in ("SFT start", VANILLA)]
+        cells.append(learning.over_seeds(uncertain.paired(per_seed, VANILLA, "SFT start", column)))
+        cells.append(learning.over_seeds([s[PROSR][column] for s in per_seed]))
+        cells += [learning.over_seeds(uncertain.paired(per_seed, PROSR, b, column)) for b in ("SFT start", VANILLA)]
+        lines.append(f"| {column} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def claims_table(per_seed: list[dict]) -> list[str]:
+    lines = ["Claims, each as a paired difference oriented so that the claim says it is positive (holds = beyond 2 "
+             "standard errors above 0).", "", "| claim | measured | verdict |", "|---|---|---|"]
+    for claim, column, higher, lower in CLAIMS:
+        d = uncertain.paired(per_seed, higher, lower, column)
+        lines.append(f"| {claim} | {learning.over_seeds(d) if d else 'n/a'} | {uncertain.verdict(d)} |")
+    return lines
+
+
+def per_seed_table(per_seed: list[dict], seeds: list[int]) -> list[str]:
+    """Per seed and run: accuracy / accuracy where the prior is wrong / A_blank, and against the SFT start the
+    held-out questions turned right / wrong."""
+    lines = ["Per seed: accuracy / accuracy where the prior is wrong / A_blank, and the held-out questions turned "
+             "right / wrong against the SFT start (from the evaluation rows).", "",
+             f"| seed | SFT start | {VANILLA} | {PROSR} |", "|---|---|---|---|"]
+    for seed, s in zip(seeds, per_seed):
+        cells = []
+        for run in ("SFT start", VANILLA, PROSR):
+            cell = " / ".join("n/a" if s[run][c] is None else f"{s[run][c]:.3f}"
+                              for c in ("accuracy", WRONG, "A_blank"))
+            if run != "SFT start":
+                cell += f", {learning.turned(s['SFT start']['correct'], s[run]['correct'])}"
+            cells.append(cell)
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return lines

@@ -1,0 +1,104 @@
+"""A paper's headline tables in miniature, from one command:
+
+    python benchmarks/papers.py --paper prosr [--config F] [--seeds 0 1 2] [--out benchmarks/out/papers]
+                                [--results benchmarks/RESULTS.md] [key=value ...]
+
+Per seed: one SFT start (the job's SFT stage, its held-out evaluation, exported as a Hugging Face checkpoint), then one
+RL run per arm of the paper from that checkpoint, every arm with the same steps, seed and start; the arms differ only
+in their reward settings. --config defaults to the paper's job; key=value overrides apply to every run. Runs are
+resumable: the command run again finishes what is not done. The tables are printed and, with --results, written into
+that file between the paper's markers.
+
+Papers: prosr (benchmarks/paper_prosr.py: vanilla GRPO against ProSR on a world with a language prior, Tables 2 and 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import jax
+import learning
+import paper_prosr
+
+from spatial_jax import config as C
+from spatial_jax.cli import one_line_errors
+from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.train import train
+
+# each module gives CONFIG, ARMS {name: (directory, overrides)}, check(cfg), figures(cfg, run_dir, stage, summary),
+# tables(per_seed, seeds, note), BEGIN and END
+PAPERS: dict[str, ModuleType] = {"prosr": paper_prosr}
+QUIET = ["progress=false", "tensorboard=false"]
+
+
+def run_seed(paper: ModuleType, config: str, out: Path, seed: int, overrides: list[str]) -> dict[str, dict]:
+    """{"SFT start": figures, arm name: figures} for one seed."""
+    sft_dir = out / f"seed{seed}" / "sft_start"
+    cfg = C.load(TrainConfig, config, [f"run_dir={sft_dir}", f"seed={seed}", *QUIET, *overrides, "rl.steps=0"])
+    rows = {"SFT start": paper.figures(cfg, sft_dir, "sft", train(cfg)["after_sft"])}
+    for name, (directory, extra) in paper.ARMS.items():
+        run_dir = out / f"seed{seed}" / directory
+        cfg = C.load(TrainConfig, config, [f"run_dir={run_dir}", f"seed={seed}", *QUIET, *overrides,
+                                           f"policy.checkpoint={sft_dir / 'hf'}", "sft.steps=0", *extra])
+        rows[name] = paper.figures(cfg, run_dir, "rl", train(cfg)["after_rl"])
+    return rows
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--paper", required=True, choices=sorted(PAPERS))
+    p.add_argument("--config", default=None, help="the job (default: the paper's)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--out", default=None, help="run directories (default: benchmarks/out/papers/<paper>)")
+    p.add_argument("--results", default=None, help="RESULTS.md to write the tables into")
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    args = p.parse_args(argv)
+    paper = PAPERS[args.paper]
+    args.config = args.config or paper.CONFIG
+    args.out = args.out or f"benchmarks/out/papers/{args.paper}"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    return one_line_errors("papers.py", lambda: measure(args))
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every run's settings, before the first run starts."""
+    if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
+        raise C.ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
+    if args.results and not Path(args.results).is_file():
+        raise C.ConfigError(f"--results {args.results}: no such file (the tables go into an existing RESULTS.md)")
+    paper = PAPERS[args.paper]
+    for seed in args.seeds:
+        paper.check(C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, "rl.steps=0"]))
+        for _, extra in paper.ARMS.values():
+            paper.check(C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, "sft.steps=0", *extra]))
+
+
+def measure(args: argparse.Namespace) -> int:
+    validate(args)
+    paper, out = PAPERS[args.paper], Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # every run compiles the same programs: XLA's persistent cache compiles each once
+    jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    t0 = time.perf_counter()
+    per_seed = [run_seed(paper, args.config, out, s, list(args.overrides)) for s in args.seeds]
+    minutes = (time.perf_counter() - t0) / 60
+    note = (f"Config {args.config}" + (f" with {' '.join(args.overrides)}" if args.overrides else "") +
+            f"; {minutes:.0f} min wall.")
+    text = paper.tables(per_seed, args.seeds, note)
+    print(text)
+    if args.results:
+        learning.write_results(Path(args.results), text, paper.BEGIN, paper.END)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
