@@ -1,7 +1,7 @@
 """A paper's headline tables in miniature, from one command:
 
-    python benchmarks/papers.py --paper prosr [--config F] [--seeds 0 1 2] [--out benchmarks/out/papers]
-                                [--results benchmarks/RESULTS.md] [key=value ...]
+    python benchmarks/papers.py --paper {prosr,spatialthinker} [--config F] [--seeds 0 1 2]
+                                [--out benchmarks/out/papers] [--results benchmarks/RESULTS.md] [key=value ...]
 
 Per seed: one SFT start (the job's SFT stage, its held-out evaluation, exported as a Hugging Face checkpoint), then one
 RL run per arm of the paper from that checkpoint, every arm with the same steps, seed and start; the arms differ only
@@ -9,7 +9,9 @@ in their reward settings. --config defaults to the paper's job; key=value overri
 resumable: the command run again finishes what is not done. The tables are printed and, with --results, written into
 that file between the paper's markers.
 
-Papers: prosr (benchmarks/paper_prosr.py: vanilla GRPO against ProSR on a world with a language prior, Tables 2 and 4).
+Papers: prosr (benchmarks/paper_prosr.py: vanilla GRPO against ProSR on a world with a language prior, Tables 2 and 4);
+spatialthinker (benchmarks/paper_spatialthinker.py: the dense reward against the sparse answer + format one, §1, and
+the box over-generation without the count term and the correctness gate, App. C.1).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from types import ModuleType
 import jax
 import learning
 import paper_prosr
+import paper_spatialthinker
 
 from spatial_jax import config as C
 from spatial_jax.cli import one_line_errors
@@ -31,7 +34,7 @@ from spatial_jax.rl.train import train
 
 # each module gives CONFIG, ARMS {name: (directory, overrides)}, check(cfg), figures(cfg, run_dir, stage, summary),
 # tables(per_seed, seeds, note), BEGIN and END
-PAPERS: dict[str, ModuleType] = {"prosr": paper_prosr}
+PAPERS: dict[str, ModuleType] = {"prosr": paper_prosr, "spatialthinker": paper_spatialthinker}
 QUIET = ["progress=false", "tensorboard=false"]
 
 
