@@ -38,18 +38,23 @@ from spatial_jax.rl.report import correct_by_id, read_json
 CONFIG = "configs/spatialthinker_cpu.toml"
 DENSE, SPARSE, UNGATED = "dense (as specified)", "sparse (answer + format)", "dense, no count term, ungated"
 SPECIFIED = spatialthinker.SpatialThinkerConfig()
-# arm name -> (run directory name, reward overrides)
-ARMS = {
-    DENSE: ("dense", []),
-    SPARSE: ("sparse", ["rewards.spatialthinker.w_count=0.0", "rewards.spatialthinker.w_spatial=0.0"]),
-    UNGATED: ("no_count_ungated", ["rewards.spatialthinker.w_count=0.0",
-                                   "rewards.spatialthinker.spatial_requires_correct=false"]),
-}
 REWARDS = {
     DENSE: SPECIFIED,
     SPARSE: dataclasses.replace(SPECIFIED, w_count=0.0, w_spatial=0.0),
     UNGATED: dataclasses.replace(SPECIFIED, w_count=0.0, spatial_requires_correct=False),
 }
+
+
+def _overrides(r: spatialthinker.SpatialThinkerConfig) -> list[str]:
+    """Every field an arm varies, set explicitly: after the command's key=value overrides, so that each arm's reward
+    is the one its name says (check refuses any other change of the reward)."""
+    return [f"rewards.spatialthinker.w_count={r.w_count}", f"rewards.spatialthinker.w_spatial={r.w_spatial}",
+            f"rewards.spatialthinker.spatial_requires_correct={str(r.spatial_requires_correct).lower()}"]
+
+
+# arm name -> (run directory name, reward overrides)
+ARMS = {name: (directory, _overrides(REWARDS[name]))
+        for name, directory in ((DENSE, "dense"), (SPARSE, "sparse"), (UNGATED, "no_count_ungated"))}
 # the yardstick of the figures: the specified reward's terms, S on every well-formed completion
 MEASURE = dataclasses.replace(SPECIFIED, spatial_requires_correct=False)
 SPATIAL, COUNT, BOXES, FORMED = ("spatial score S", "count score C", "boxes per completion",

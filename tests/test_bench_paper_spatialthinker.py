@@ -40,6 +40,9 @@ def test_job_is_the_main_world_in_scene_graph_format_and_the_arms_differ_only_in
     for name, (_, extra) in st.ARMS.items():
         arm = C.load(TrainConfig, JOB, extra)
         assert arm.rewards.spatialthinker == st.REWARDS[name]
+        # the command's overrides come first: an arm's reward is its own whatever they set of the arm's fields
+        swapped = C.load(TrainConfig, JOB, [*st.ARMS[st.SPARSE][1], *extra]).rewards.spatialthinker
+        assert swapped == st.REWARDS[name]
         assert dataclasses.replace(arm, rewards=cfg.rewards) == cfg
         st.check(arm)
     sparse, ungated = st.REWARDS[st.SPARSE], st.REWARDS[st.UNGATED]
