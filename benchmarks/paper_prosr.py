@@ -16,6 +16,7 @@ from pathlib import Path
 
 import learning
 import numpy as np
+import paper_tables
 import uncertain
 
 from spatial_jax import config as C
@@ -87,8 +88,9 @@ def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: d
 
 
 def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
-    return "\n".join([*main_table(per_seed, seeds, note), "", *claims_table(per_seed), "",
-                      *per_seed_table(per_seed, seeds)])
+    return "\n".join([*main_table(per_seed, seeds, note), "", *paper_tables.claims_table(per_seed, CLAIMS), "",
+                      *paper_tables.per_seed_table(per_seed, seeds, (VANILLA, PROSR), ("accuracy", WRONG, "A_blank"),
+                                                 "accuracy / accuracy where the prior is wrong / A_blank")])
 
 
 def main_table(per_seed: list[dict], seeds: list[int], note: str) -> list[str]:
@@ -106,31 +108,4 @@ def main_table(per_seed: list[dict], seeds: list[int], note: str) -> list[str]:
         cells.append(learning.over_seeds([s[PROSR][column] for s in per_seed]))
         cells += [learning.over_seeds(uncertain.paired(per_seed, PROSR, b, column)) for b in ("SFT start", VANILLA)]
         lines.append(f"| {column} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def claims_table(per_seed: list[dict]) -> list[str]:
-    lines = ["Claims, each as a paired difference oriented so that the claim says it is positive (holds = beyond 2 "
-             "standard errors above 0).", "", "| claim | measured | verdict |", "|---|---|---|"]
-    for claim, column, higher, lower in CLAIMS:
-        d = uncertain.paired(per_seed, higher, lower, column)
-        lines.append(f"| {claim} | {learning.over_seeds(d) if d else 'n/a'} | {uncertain.verdict(d)} |")
-    return lines
-
-
-def per_seed_table(per_seed: list[dict], seeds: list[int]) -> list[str]:
-    """Per seed and run: accuracy / accuracy where the prior is wrong / A_blank, and against the SFT start the
-    held-out questions turned right / wrong."""
-    lines = ["Per seed: accuracy / accuracy where the prior is wrong / A_blank, and the held-out questions turned "
-             "right / wrong against the SFT start (from the evaluation rows).", "",
-             f"| seed | SFT start | {VANILLA} | {PROSR} |", "|---|---|---|---|"]
-    for seed, s in zip(seeds, per_seed):
-        cells = []
-        for run in ("SFT start", VANILLA, PROSR):
-            cell = " / ".join("n/a" if s[run][c] is None else f"{s[run][c]:.3f}"
-                              for c in ("accuracy", WRONG, "A_blank"))
-            if run != "SFT start":
-                cell += f", {learning.turned(s['SFT start']['correct'], s[run]['correct'])}"
-            cells.append(cell)
-        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     return lines

@@ -1,0 +1,37 @@
+"""The tables every paper of benchmarks/papers.py prints beside its own: the claims with their verdicts, and the
+figures seed by seed."""
+
+from __future__ import annotations
+
+import learning
+import uncertain
+
+START = "SFT start"
+
+
+def claims_table(per_seed: list[dict], claims: tuple[tuple[str, str, str, str], ...]) -> list[str]:
+    """claims: (claim, column, run whose figure should be higher, run it is compared with)."""
+    lines = ["Claims, each as a paired difference oriented so that the claim says it is positive (holds = beyond 2 "
+             "standard errors above 0).", "", "| claim | measured | verdict |", "|---|---|---|"]
+    for claim, column, higher, lower in claims:
+        d = uncertain.paired(per_seed, higher, lower, column)
+        lines.append(f"| {claim} | {learning.over_seeds(d) if d else 'n/a'} | {uncertain.verdict(d)} |")
+    return lines
+
+
+def per_seed_table(per_seed: list[dict], seeds: list[int], arms: tuple[str, ...], columns: tuple[str, ...],
+                   caption: str) -> list[str]:
+    """Per seed and run: `columns` joined by " / ", and for each arm the held-out questions it turned right / wrong
+    against the SFT start. caption names the columns."""
+    lines = [f"Per seed: {caption}, and the held-out questions turned right / wrong against the SFT start (from the "
+             "evaluation rows).", "", f"| seed | {START} | " + " | ".join(arms) + " |",
+             "|---|" + "---|" * (1 + len(arms))]
+    for seed, s in zip(seeds, per_seed):
+        cells = []
+        for run in (START, *arms):
+            cell = " / ".join("n/a" if s[run][c] is None else f"{s[run][c]:.3f}" for c in columns)
+            if run != START:
+                cell += f", {learning.turned(s[START]['correct'], s[run]['correct'])}"
+            cells.append(cell)
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return lines
