@@ -90,10 +90,16 @@ def direction(per_seed: list[dict[str, dict]], name: str) -> str:
     if name == full:
         return ""
     d = [s[full]["accuracy"] - s[name]["accuracy"] for s in per_seed]
-    verdict = "holds" if np.mean(d) > 0 else "does not hold"
-    if len(d) > 1 and np.mean(d) > 2 * np.std(d, ddof=1) / math.sqrt(len(d)):
-        verdict += " (> 2 s.e.)"
-    return f"{over_seeds(d)}: {verdict}"
+    return f"{over_seeds(d)}: {verdict(d)}"
+
+
+def verdict(d: list[float]) -> str:
+    """holds (mean beyond 2 standard errors above 0), direction only (above 0), or does not hold."""
+    if not d:
+        return "n/a"
+    m = float(np.mean(d))
+    se = float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("inf")
+    return "holds" if m > 2 * se else "direction only" if m > 0 else "does not hold"
 
 
 def table(per_seed: list[dict[str, dict]], seeds: list[int], note: str) -> str:

@@ -15,7 +15,7 @@ def claims_table(per_seed: list[dict], claims: tuple[tuple[str, str, str, str], 
              "standard errors above 0).", "", "| claim | measured | verdict |", "|---|---|---|"]
     for claim, column, higher, lower in claims:
         d = uncertain.paired(per_seed, higher, lower, column)
-        lines.append(f"| {claim} | {learning.over_seeds(d) if d else 'n/a'} | {uncertain.verdict(d)} |")
+        lines.append(f"| {claim} | {learning.over_seeds(d) if d else 'n/a'} | {learning.verdict(d)} |")
     return lines
 
 

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 import time
 from pathlib import Path
 
 import jax
 import learning
-import numpy as np
 
 from spatial_jax import config as C
 from spatial_jax.cli import main as cli_main
@@ -115,17 +113,8 @@ def paired(per_seed: list[dict], a, b, column: str) -> list[float]:
     return [s[a][column] - s[b][column] for s in per_seed if s[a][column] is not None and s[b][column] is not None]
 
 
-def verdict(d: list[float]) -> str:
-    """holds (mean beyond 2 standard errors above 0), direction only (above 0), or does not hold."""
-    if not d:
-        return "n/a"
-    m = float(np.mean(d))
-    se = float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("inf")
-    return "holds" if m > 2 * se else "direction only" if m > 0 else "does not hold"
-
-
 def diff_cell(d: list[float]) -> str:
-    return f"{learning.over_seeds(d)} ({verdict(d)})" if d else "n/a"
+    return f"{learning.over_seeds(d)} ({learning.verdict(d)})" if d else "n/a"
 
 
 def table3(per_seed: list[dict], seeds: list[int], note: str) -> str:
@@ -174,7 +163,7 @@ def protected_up_to(per_seed: list[dict], levels: list[float], without: str) -> 
     weighting holds."""
     last = None
     for x in levels:
-        if verdict(paired(per_seed, (x, FULL), (x, without), "matched IoU")) != "holds":
+        if learning.verdict(paired(per_seed, (x, FULL), (x, without), "matched IoU")) != "holds":
             break
         last = x
     return "no level (it does not hold on clean pseudo-GT)" if last is None else level_name(last)

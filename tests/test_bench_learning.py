@@ -40,10 +40,10 @@ def test_over_seeds_is_mean_and_standard_error():
 def test_direction_says_whether_each_ablation_loses_accuracy():
     per_seed = _seeds([0.50, 0.52, 0.51], [0.40, 0.41, 0.42])
     name = "gamma = 1 (no answer gate)"
-    assert learning.direction(per_seed, name).endswith("holds (> 2 s.e.)")
+    assert learning.direction(per_seed, name).endswith(": holds")
     assert learning.direction(per_seed, next(iter(learning.VARIANTS))) == ""
     noisy = _seeds([0.50, 0.40, 0.45], [0.45, 0.44, 0.43])
-    assert learning.direction(noisy, name).endswith(": holds")  # ahead on average, not by 2 standard errors
+    assert learning.direction(noisy, name).endswith(": direction only")  # ahead on average, not by 2 s.e.
     worse = _seeds([0.40, 0.41, 0.42], [0.50, 0.52, 0.51])
     assert learning.direction(worse, name).endswith("does not hold")
 

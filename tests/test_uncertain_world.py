@@ -27,6 +27,7 @@ from spatial_jax.rl.pretrain import MANIFEST, pretrain_config
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT / "benchmarks"))
 
+import learning  # noqa: E402
 import uncertain  # noqa: E402
 
 JOB, BASE_CONFIG = ROOT / "configs" / "uncertain_cpu.toml", ROOT / "configs" / "pretrain_uncertain.toml"
@@ -156,9 +157,9 @@ def test_table5_says_where_each_weighting_stops_protecting():
         per_seed.append(s)
     assert uncertain.protected_up_to(per_seed, levels, uncertain.BETA1) == "20%"
     assert uncertain.protected_up_to(per_seed, levels, uncertain.NO_VALIDITY).startswith("no level")
-    assert uncertain.verdict([0.05, 0.051, 0.049]) == "holds"
-    assert uncertain.verdict([0.05, -0.01, 0.0]) == "direction only"
-    assert uncertain.verdict([-0.01, -0.02, 0.0]) == "does not hold"
+    assert learning.verdict([0.05, 0.051, 0.049]) == "holds"
+    assert learning.verdict([0.05, -0.01, 0.0]) == "direction only"
+    assert learning.verdict([-0.01, -0.02, 0.0]) == "does not hold"
     text = uncertain.table5(per_seed, levels, {0.0: None})
     assert "| SpatialCORE - beta = 1 (confidence weighting) | 0.050 ± 0.001 (holds) | 0.050 ± 0.001 (holds) |" in text
     assert text.count("| answer + format only |") == 4  # IoU, accuracy, H and rho tables
