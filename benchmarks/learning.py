@@ -56,8 +56,13 @@ def figures(summary: dict, rows: list[dict] | None = None) -> dict:
 
 def evaluated(run_dir: Path, stage: str, summary: dict) -> dict:
     """`figures` of the evaluation `stage` ("sft" or "rl") that `train` wrote into `run_dir`."""
+    return figures(summary, eval_rows(run_dir, stage))
+
+
+def eval_rows(run_dir: Path, stage: str) -> list[dict] | None:
+    """The per-question rows of the evaluation `stage` that `train` wrote into `run_dir` (None if it wrote none)."""
     written = read_json(run_dir / f"eval_{stage}.json")
-    return figures(summary, written["rows"] if isinstance(written, dict) else None)
+    return written["rows"] if isinstance(written, dict) else None
 
 
 def over_seeds(values: list[float | None]) -> str:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import learning
-import numpy as np
 import paper_tables
 import uncertain
+from paper_tables import mean_of
 
 from spatial_jax import config as C
 from spatial_jax.data.pipeline import open_source
@@ -25,7 +25,7 @@ from spatial_jax.data.sample import LETTERS
 from spatial_jax.data.synthetic import names_prior, prior_is_wrong
 from spatial_jax.rewards.parse_think import parse_think
 from spatial_jax.rl.config import TrainConfig
-from spatial_jax.rl.report import correct_by_id, read_json
+from spatial_jax.rl.report import correct_by_id
 
 CONFIG = "configs/prosr_prior_cpu.toml"
 VANILLA, PROSR = "vanilla GRPO (answer + format)", "ProSR (as specified)"
@@ -67,24 +67,19 @@ def prior_questions(cfg: TrainConfig) -> dict[str, tuple[bool, str]]:
             for s in open_source(cfg.data.eval, world, check_images=False) if names_prior(world, s)}
 
 
-def _mean(x: list[float]) -> float | None:
-    return float(np.mean(x)) if x else None
-
-
 def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: dict | None = None) -> dict:
     """One evaluation's figures (COLUMNS; None where nothing was measured) and its correctness by question id.
     `prior`: prior_questions(cfg), when already at hand."""
     prior = prior_questions(cfg) if prior is None else prior
-    written = read_json(run_dir / f"eval_{stage}.json")
-    rows = written["rows"] if isinstance(written, dict) else []
+    rows = learning.eval_rows(run_dir, stage) or []
     correct = correct_by_id(rows)
     answered = {r["id"]: parse_think(r["completion"]).answer for r in rows}
     process = summary.get("process") or {}
     return {"accuracy": summary["accuracy"]["mean"],
-            WRONG: _mean([correct[i] for i, (wrong, _) in prior.items() if wrong and i in correct]),
-            PRIOR: _mean([float(answered[i] == letter) for i, (_, letter) in prior.items() if i in answered]),
+            WRONG: mean_of([correct[i] for i, (wrong, _) in prior.items() if wrong and i in correct]),
+            PRIOR: mean_of([float(answered[i] == letter) for i, (_, letter) in prior.items() if i in answered]),
             **{k: process.get(k) for k in COLUMNS[3:]}, "correct": correct,
-            TRUE: _mean([float(not wrong) for i, (wrong, _) in prior.items() if i in answered])}
+            TRUE: mean_of([float(not wrong) for i, (wrong, _) in prior.items() if i in answered])}
 
 
 def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:

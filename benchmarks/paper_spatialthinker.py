@@ -26,15 +26,15 @@ import dataclasses
 from pathlib import Path
 
 import learning
-import numpy as np
 import paper_tables
 import uncertain
+from paper_tables import mean_of
 
 from spatial_jax import config as C
 from spatial_jax.data.pipeline import open_source
 from spatial_jax.rewards import spatialthinker
 from spatial_jax.rl.config import TrainConfig
-from spatial_jax.rl.report import correct_by_id, read_json
+from spatial_jax.rl.report import correct_by_id
 
 CONFIG = "configs/spatialthinker_cpu.toml"
 DENSE, SPARSE, UNGATED = "dense (as specified)", "sparse (answer + format)", "dense, no count term, ungated"
@@ -87,21 +87,16 @@ def check(cfg: TrainConfig) -> None:
                             f"as specified (SPEC 4), got {cfg.rewards.spatialthinker}")
 
 
-def _mean(x: list[float]) -> float | None:
-    return float(np.mean(x)) if x else None
-
-
 def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict) -> dict:
     """One evaluation's figures (COLUMNS; None where nothing was measured) and its correctness by question id."""
     samples = {s.id: s for s in open_source(cfg.data.eval, cfg.data.synthetic, check_images=False)}
-    written = read_json(run_dir / f"eval_{stage}.json")
-    rows = written["rows"] if isinstance(written, dict) else []
+    rows = learning.eval_rows(run_dir, stage) or []
     scores = [spatialthinker.score(samples[r["id"]].to_rollout(r["completion"]), MEASURE) for r in rows]
     formed = [s for s in scores if s["format"] == 1.0]
     return {"accuracy": summary["accuracy"]["mean"],
-            SPATIAL: _mean([s["spatial"] for s in formed]), COUNT: _mean([s["count"] for s in formed]),
-            BOXES: _mean([s["pred_objects"] for s in scores]), FORMED: _mean([s["format"] for s in scores]),
-            REF: _mean([s["ref_objects"] for s in scores]), "correct": correct_by_id(rows)}
+            SPATIAL: mean_of([s["spatial"] for s in formed]), COUNT: mean_of([s["count"] for s in formed]),
+            BOXES: mean_of([s["pred_objects"] for s in scores]), FORMED: mean_of([s["format"] for s in scores]),
+            REF: mean_of([s["ref_objects"] for s in scores]), "correct": correct_by_id(rows)}
 
 
 def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:

@@ -4,9 +4,15 @@ figures seed by seed."""
 from __future__ import annotations
 
 import learning
+import numpy as np
 import uncertain
 
 START = "SFT start"
+
+
+def mean_of(x: list[float]) -> float | None:
+    """The mean, or None where nothing was measured (said as n/a in the tables, not a NaN)."""
+    return float(np.mean(x)) if x else None
 
 
 def claims_table(per_seed: list[dict], claims: tuple[tuple[str, str, str, str], ...]) -> list[str]:
