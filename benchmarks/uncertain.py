@@ -142,8 +142,7 @@ def table5(per_seed: list[dict], levels: list[float], reports: dict) -> str:
     for arm, label in ((BETA1, "SpatialCORE - beta = 1 (confidence weighting)"),
                        (NO_VALIDITY, "SpatialCORE - no validity weighting"),
                        (ANSWER, "SpatialCORE - answer + format (the spatial term)")):
-        cells = [diff_cell(paired(per_seed, (x, FULL), (x, arm), "matched IoU")) if (x, arm) in per_seed[0]
-                 else "not run" for x in levels]
+        cells = [diff_cell(paired(per_seed, (x, FULL), (x, arm), "matched IoU")) for x in levels]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for arm in TABLE5_ARMS:
         cells = [diff_cell(paired(per_seed, (0.0, arm), (x, arm), "matched IoU")) if x else "" for x in levels]
