@@ -31,7 +31,9 @@ CONFIG = "configs/prosr_prior_cpu.toml"
 VANILLA, PROSR = "vanilla GRPO (answer + format)", "ProSR (as specified)"
 # arm name -> (run directory name, reward overrides): vanilla keeps R_acc + 0.2 R_fmt of eq. 11 and drops its
 # process terms (lambda_cf = lambda_drift = 0); both arms roll out the same blank images, so the budget is the same
-ARMS = {VANILLA: ("vanilla", ["rewards.prosr.lambda_cf=0.0", "rewards.prosr.lambda_drift=0.0"]), PROSR: ("prosr", [])}
+STARTS = paper_tables.ONE_START
+ARMS = {VANILLA: ("vanilla", ["rewards.prosr.lambda_cf=0.0", "rewards.prosr.lambda_drift=0.0"], paper_tables.START),
+        PROSR: ("prosr", [], paper_tables.START)}
 WRONG, PRIOR = "accuracy where the prior is wrong", "prior's answer to prior-colour questions"
 COLUMNS = ("accuracy", WRONG, PRIOR, "A_blank", "SAR", "NTS", "LRR@0.1")
 TRUE = "prior's answer true"  # on the same questions: PRIOR for a policy that always answers right

@@ -53,8 +53,9 @@ def _overrides(r: spatialthinker.SpatialThinkerConfig) -> list[str]:
             f"rewards.spatialthinker.spatial_requires_correct={str(r.spatial_requires_correct).lower()}"]
 
 
-# arm name -> (run directory name, reward overrides)
-ARMS = {name: (directory, _overrides(REWARDS[name]))
+STARTS = paper_tables.ONE_START
+# arm name -> (run directory name, reward overrides, start)
+ARMS = {name: (directory, _overrides(REWARDS[name]), paper_tables.START)
         for name, directory in ((DENSE, "dense"), (SPARSE, "sparse"), (UNGATED, "no_count_ungated"))}
 # the yardstick of the figures: the specified reward's terms, S on every well-formed completion
 MEASURE = dataclasses.replace(SPECIFIED, spatial_requires_correct=False)

@@ -8,6 +8,8 @@ import numpy as np
 import uncertain
 
 START = "SFT start"
+# a paper whose arms share one SFT start: its name -> (run directory, overrides)
+ONE_START = {START: ("sft_start", [])}
 
 
 def mean_of(x: list[float]) -> float | None:
@@ -26,18 +28,20 @@ def claims_table(per_seed: list[dict], claims: tuple[tuple[str, str, str, str], 
 
 
 def per_seed_table(per_seed: list[dict], seeds: list[int], arms: tuple[str, ...], columns: tuple[str, ...],
-                   caption: str) -> list[str]:
+                   caption: str, start_of: dict[str, str] | None = None) -> list[str]:
     """Per seed and run: `columns` joined by " / ", and for each arm the held-out questions it turned right / wrong
-    against the SFT start. caption names the columns."""
+    against its SFT start (start_of: arm -> start name; default START for every arm). caption names the columns."""
+    start_of = start_of or dict.fromkeys(arms, START)
+    starts = tuple(dict.fromkeys(start_of[a] for a in arms))
     lines = [f"Per seed: {caption}, and the held-out questions turned right / wrong against the SFT start (from the "
-             "evaluation rows).", "", f"| seed | {START} | " + " | ".join(arms) + " |",
-             "|---|" + "---|" * (1 + len(arms))]
+             "evaluation rows).", "", "| seed | " + " | ".join((*starts, *arms)) + " |",
+             "|---|" + "---|" * (len(starts) + len(arms))]
     for seed, s in zip(seeds, per_seed):
         cells = []
-        for run in (START, *arms):
+        for run in (*starts, *arms):
             cell = " / ".join("n/a" if s[run][c] is None else f"{s[run][c]:.3f}" for c in columns)
-            if run != START:
-                cell += f", {learning.turned(s[START]['correct'], s[run]['correct'])}"
+            if run in start_of:
+                cell += f", {learning.turned(s[start_of[run]]['correct'], s[run]['correct'])}"
             cells.append(cell)
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     return lines

@@ -1,17 +1,20 @@
 """A paper's headline tables in miniature, from one command:
 
-    python benchmarks/papers.py --paper {prosr,spatialthinker} [--config F] [--seeds 0 1 2]
+    python benchmarks/papers.py --paper {allospatial,prosr,spatialthinker} [--config F] [--seeds 0 1 2]
                                 [--out benchmarks/out/papers] [--results benchmarks/RESULTS.md] [key=value ...]
 
-Per seed: one SFT start (the job's SFT stage, its held-out evaluation, exported as a Hugging Face checkpoint), then one
-RL run per arm of the paper from that checkpoint, every arm with the same steps, seed and start; the arms differ only
-in their reward settings. --config defaults to the paper's job; key=value overrides apply to every run. Runs are
-resumable: the command run again finishes what is not done. The tables are printed and, with --results, written into
-that file between the paper's markers.
+Per seed: the paper's SFT starts (the job's SFT stage, its held-out evaluation, exported as a Hugging Face checkpoint;
+one start, or one per pipeline the paper compares), then one RL run per arm of the paper from its start, every arm
+with the same steps and seed; the arms differ only in their settings. A start whose training and evaluation draw
+nothing from the seed (no LoRA dropout, greedy evaluation without ProSR's sampled diagnostics: the data order is
+data.seed's) is trained once and shared by every seed. --config defaults to the paper's job; key=value overrides
+apply to every run. Runs are resumable: the command run again finishes what is not done. The tables are printed and,
+with --results, written into that file between the paper's markers.
 
-Papers: prosr (benchmarks/paper_prosr.py: vanilla GRPO against ProSR on a world with a language prior, Tables 2 and 4);
-spatialthinker (benchmarks/paper_spatialthinker.py: the dense reward against the sparse answer + format one, §1, and
-the box over-generation without the count term and the correctness gate, App. C.1).
+Papers: allospatial (benchmarks/paper_allospatial.py: harness RL with tools against question-answer-only RL, and GSPO
+against GRPO, Table 4); prosr (benchmarks/paper_prosr.py: vanilla GRPO against ProSR on a world with a language prior,
+Tables 2 and 4); spatialthinker (benchmarks/paper_spatialthinker.py: the dense reward against the sparse answer +
+format one, §1, and the box over-generation without the count term and the correctness gate, App. C.1).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from types import ModuleType
 
 import jax
 import learning
+import paper_allospatial
 import paper_prosr
 import paper_spatialthinker
 
@@ -32,21 +36,34 @@ from spatial_jax.cli import one_line_errors
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.train import train
 
-# each module gives CONFIG, ARMS {name: (directory, overrides)}, check(cfg), figures(cfg, run_dir, stage, summary),
-# tables(per_seed, seeds, note), BEGIN and END
-PAPERS: dict[str, ModuleType] = {"prosr": paper_prosr, "spatialthinker": paper_spatialthinker}
+# each module gives CONFIG, STARTS {name: (directory, overrides)}, ARMS {name: (directory, overrides, start name)},
+# check(cfg), figures(cfg, run_dir, stage, summary), tables(per_seed, seeds, note), BEGIN and END
+PAPERS: dict[str, ModuleType] = {"allospatial": paper_allospatial, "prosr": paper_prosr,
+                                 "spatialthinker": paper_spatialthinker}
 QUIET = ["progress=false", "tensorboard=false"]
 
 
+def seed_free(cfg: TrainConfig) -> bool:
+    """Whether the SFT stage and its evaluation draw nothing from cfg.seed: the SFT update draws only LoRA dropout,
+    and the evaluation decodes greedily except for ProSR's sampled diagnostics (the data order is data.seed's)."""
+    lora = cfg.policy.lora
+    return not (lora.dropout > 0 and (lora.rank > 0 or lora.vision_rank > 0)) and not cfg.plugin.needs_blank
+
+
 def run_seed(paper: ModuleType, config: str, out: Path, seed: int, overrides: list[str]) -> dict[str, dict]:
-    """{"SFT start": figures, arm name: figures} for one seed."""
-    sft_dir = out / f"seed{seed}" / "sft_start"
-    cfg = C.load(TrainConfig, config, [f"run_dir={sft_dir}", f"seed={seed}", *QUIET, *overrides, "rl.steps=0"])
-    rows = {"SFT start": paper.figures(cfg, sft_dir, "sft", train(cfg)["after_sft"])}
-    for name, (directory, extra) in paper.ARMS.items():
+    """{start name: figures, arm name: figures} for one seed."""
+    rows, checkpoints = {}, {}
+    for name, (directory, extra) in paper.STARTS.items():
+        shared = seed_free(C.load(TrainConfig, config, [f"seed={seed}", *overrides, *extra, "rl.steps=0"]))
+        sft_dir = out / directory if shared else out / f"seed{seed}" / directory
+        cfg = C.load(TrainConfig, config, [f"run_dir={sft_dir}", f"seed={0 if shared else seed}", *QUIET, *overrides,
+                                           *extra, "rl.steps=0"])
+        rows[name] = paper.figures(cfg, sft_dir, "sft", train(cfg)["after_sft"])
+        checkpoints[name] = sft_dir / "hf"
+    for name, (directory, extra, start) in paper.ARMS.items():
         run_dir = out / f"seed{seed}" / directory
         cfg = C.load(TrainConfig, config, [f"run_dir={run_dir}", f"seed={seed}", *QUIET, *overrides,
-                                           f"policy.checkpoint={sft_dir / 'hf'}", "sft.steps=0", *extra])
+                                           f"policy.checkpoint={checkpoints[start]}", "sft.steps=0", *extra])
         rows[name] = paper.figures(cfg, run_dir, "rl", train(cfg)["after_rl"])
     return rows
 
@@ -79,8 +96,9 @@ def validate(args: argparse.Namespace) -> None:
         raise C.ConfigError(f"--results {args.results}: no such file (the tables go into an existing RESULTS.md)")
     paper = PAPERS[args.paper]
     for seed in args.seeds:
-        paper.check(C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, "rl.steps=0"]))
-        for _, extra in paper.ARMS.values():
+        for _, extra in paper.STARTS.values():
+            paper.check(C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, *extra, "rl.steps=0"]))
+        for _, extra, _ in paper.ARMS.values():
             paper.check(C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, "sft.steps=0", *extra]))
 
 

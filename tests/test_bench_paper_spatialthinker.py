@@ -27,17 +27,17 @@ import papers  # noqa: E402
 JOB = ROOT / "configs" / "spatialthinker_cpu.toml"
 
 
-def test_job_is_the_main_world_in_scene_graph_format_and_the_arms_differ_only_in_the_reward():
+def test_job_is_the_main_world_with_its_annotator_in_scene_graph_format_and_the_arms_differ_only_in_the_reward():
     cfg, main = C.load(TrainConfig, JOB), C.load(TrainConfig, ROOT / "configs" / "tiny_cpu.toml")
     world = cfg.data.synthetic
     assert (cfg.method, cfg.policy.checkpoint, world.width, world.grid) == ("spatialthinker", "checkpoints/tiny_base",
                                                                             64, 2)
-    assert world.mirror_colors == () and world.question_types == main.data.synthetic.question_types
+    assert world == main.data.synthetic  # the main world, its biased annotator included
     assert (cfg.rl.group_size, cfg.rl.prompts_per_step, cfg.sft.batch_size) == (
         main.rl.group_size, main.rl.prompts_per_step, main.sft.batch_size)
     assert cfg.rewards.spatialthinker == spatialthinker.SpatialThinkerConfig()
     st.check(cfg)
-    for name, (_, extra) in st.ARMS.items():
+    for name, (_, extra, _) in st.ARMS.items():
         arm = C.load(TrainConfig, JOB, extra)
         assert arm.rewards.spatialthinker == st.REWARDS[name]
         # the command's overrides come first: an arm's reward is its own whatever they set of the arm's fields
@@ -76,7 +76,8 @@ def _with_boxes(completion: str, boxes: list[dict]) -> str:
 
 
 def test_figures_are_the_reward_functions_on_each_completion_and_count_its_boxes(tmp_path):
-    cfg = C.load(TrainConfig, JOB, ["data.eval=synthetic:heldout:12"])
+    # without the annotator's mirroring, so that every reference is the true scene graph
+    cfg = C.load(TrainConfig, JOB, ["data.eval=synthetic:heldout:12", "data.synthetic.mirror_rate=0.0"])
     samples = list(open_source(cfg.data.eval, cfg.data.synthetic))
     extra = [{"id": "red_square.7", "bbox": [0, 0, 20, 20]}, {"id": "red_square.8", "bbox": [40, 40, 60, 60]}]
     wrong = "(A) above"
@@ -155,24 +156,11 @@ def test_tables_pair_each_arm_with_its_start_and_give_the_claims_verdicts():
                          "0.450 / 2.000 / 1.000, +1 / -1 | 0.300 / 5.010 / 0.000, +0 / -1 |")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--config", str(ROOT / "configs" / "tiny_cpu.toml")], 'needs method = "spatialthinker"'),
-    (["rewards.spatialthinker.w_count=0.5"], "rewards.spatialthinker must be left as specified"),
-    (["rewards.spatialthinker.spatial_requires_correct=false"], "must be left as specified"),
-    (["rewards.spatialthinker.w_nope=1"], "w_nope"),
-    (["rewards.spatialthinker.w_format=-1"], "w_format"),
-])
-def test_argument_errors_are_one_line_before_any_run(argv, message, tmp_path, capsys):
-    assert papers.main(["--paper", "spatialthinker", "--out", str(tmp_path / "out"), *argv]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("papers.py: configuration error:") and message in err and err.count("\n") == 1
-    assert not (tmp_path / "out").exists()  # nothing written
-
-
-def test_registry_holds_both_papers_each_with_its_plug_in_interface():
+def test_registry_holds_every_paper_each_with_its_plug_in_interface():
     assert papers.PAPERS["spatialthinker"] is st
     assert papers.parse(["--paper", "spatialthinker"]).config == st.CONFIG == "configs/spatialthinker_cpu.toml"
     assert papers.parse(["--paper", "spatialthinker"]).out == "benchmarks/out/papers/spatialthinker"
     for module in papers.PAPERS.values():
-        assert all(hasattr(module, a) for a in ("CONFIG", "ARMS", "check", "figures", "tables", "BEGIN", "END"))
+        assert all(hasattr(module, a)
+                   for a in ("CONFIG", "STARTS", "ARMS", "check", "figures", "tables", "BEGIN", "END"))
     assert len({m.BEGIN for m in papers.PAPERS.values()}) == len(papers.PAPERS)

@@ -1,6 +1,6 @@
 """benchmarks/papers.py's bookkeeping for --paper prosr (the runs themselves are a benchmark, not a test): the
 figures read from an evaluation (accuracy where the prior is wrong, the prior's answer given), the paired tables and
-claims over seeds, and the argument errors, each one line before any run starts."""
+claims over seeds; and every paper's argument errors, each one line before any run starts."""
 
 import json
 import math
@@ -103,16 +103,24 @@ def test_tables_pair_each_arm_with_its_start_and_give_the_claims_verdicts():
                          "0.710 / 0.600 / 0.200, +1 / -0 |")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--seeds", "0", "0"], "--seeds must be distinct"),
-    (["--results", "no/such/RESULTS.md"], "--results no/such/RESULTS.md: no such file"),
-    (["--config", str(ROOT / "configs" / "tiny_cpu.toml")], 'needs method = "prosr"'),
-    (["data.synthetic.prior_colors=[]"], "needs a world with a language prior"),
-    (["rewards.prosr.lambda_nope=1"], "lambda_nope"),
-    (["data.synthetic.prior_rate=2"], "prior_rate must lie in [0, 1]"),
+@pytest.mark.parametrize("paper, argv, message", [
+    ("prosr", ["--seeds", "0", "0"], "--seeds must be distinct"),
+    ("prosr", ["--results", "no/such/RESULTS.md"], "--results no/such/RESULTS.md: no such file"),
+    ("prosr", ["--config", str(ROOT / "configs" / "tiny_cpu.toml")], 'needs method = "prosr"'),
+    ("prosr", ["data.synthetic.prior_colors=[]"], "needs a world with a language prior"),
+    ("prosr", ["rewards.prosr.lambda_nope=1"], "lambda_nope"),
+    ("prosr", ["data.synthetic.prior_rate=2"], "prior_rate must lie in [0, 1]"),
+    ("spatialthinker", ["--config", str(ROOT / "configs" / "tiny_cpu.toml")], 'needs method = "spatialthinker"'),
+    ("spatialthinker", ["rewards.spatialthinker.w_count=0.5"], "rewards.spatialthinker must be left as specified"),
+    ("spatialthinker", ["rewards.spatialthinker.spatial_requires_correct=false"], "must be left as specified"),
+    ("spatialthinker", ["rewards.spatialthinker.w_nope=1"], "w_nope"),
+    ("spatialthinker", ["rewards.spatialthinker.w_format=-1"], "w_format"),
+    ("allospatial", ["--config", str(ROOT / "configs" / "tiny_cpu.toml")], 'needs method = "allospatial"'),
+    ("allospatial", ["data.synthetic.mirror_rate=0.0"], "needs a biased annotator"),
+    ("allospatial", ["data.sft_targets=tools"], "sft_targets"),
 ])
-def test_argument_errors_are_one_line_before_any_run(argv, message, tmp_path, capsys):
-    assert papers.main(["--paper", "prosr", "--out", str(tmp_path / "out"), *argv]) == 2
+def test_argument_errors_are_one_line_before_any_run(paper, argv, message, tmp_path, capsys):
+    assert papers.main(["--paper", paper, "--out", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("papers.py: configuration error:") and message in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()  # nothing written

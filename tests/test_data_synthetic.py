@@ -361,7 +361,7 @@ def test_biased_annotator_mirrors_the_targets_of_its_colours_and_leaves_the_trut
         about = {o["color"] for o in s.meta["objects"] if o["label"] in s.meta["relevant"]}
         biased_questions += bool(about & {"green", "red"})
         if not s.meta["mirrored"]:
-            assert s.reference == t.reference
+            assert s.reference == t.reference and s.meta["annotated_answer"] == s.answer
             continue
         mirrored += 1
         assert about & {"green", "red"}
@@ -376,6 +376,7 @@ def test_biased_annotator_mirrors_the_targets_of_its_colours_and_leaves_the_trut
         gold = s.options[LETTERS.index(s.answer)]
         assert s.options[LETTERS.index(letter)] == (swap.get(gold, gold) if s.category == "relative_position"
                                                     else gold)
+        assert s.meta["annotated_answer"] == letter  # the answer every format's target gives
     # about 0.6 of the questions about a green or red object
     assert 0.45 * biased_questions < mirrored < 0.75 * biased_questions
     with pytest.raises(ValueError, match="mirror_colors"):

@@ -23,7 +23,7 @@ from test_rollout_multiturn import _forced_step
 import spatial_jax.methods  # noqa: F401 (registers the AlloSpatial SFT target builder)
 from spatial_jax.data import synthetic, tool_turns
 from spatial_jax.data import world_map as wm
-from spatial_jax.data.pipeline import collate, encode_sample
+from spatial_jax.data.pipeline import DataConfig, collate, encode_sample
 from spatial_jax.data.prompts import HARNESS
 from spatial_jax.records import GTBox
 from spatial_jax.rewards import allospatial as allospatial_rewards
@@ -303,3 +303,31 @@ def test_a_sample_without_a_scene_map_keeps_its_reference_completion(sample):
     bare = dataclasses.replace(sample, meta={})
     assert tool_turns.sft_target(bare, HARNESS.reference_key) == (sample.reference[HARNESS.reference_key],)
     assert tool_turns.sft_target(dataclasses.replace(bare, reference={}), HARNESS.reference_key) is None
+
+
+def test_tool_targets_answer_as_the_annotator_while_the_tools_answer_the_truth(policy):
+    """A biased annotator's harness trajectory ends with its answer, as its other targets do, and the live tools'
+    turns in it are the true scene's; DataConfig.sft_targets = "reference" trains on the sample's own reference."""
+    world = synthetic.SyntheticConfig(width=64, height=64, grid=2, min_objects=2, max_objects=2, anchor="blue",
+                                      distinct_colors=True, question_types=("relative_position",),
+                                      mirror_colors=("green",), mirror_rate=1.0)
+    samples = [synthetic.make_sample(world, "train", i) for i in range(40)]
+    flipped = [s for s in samples if s.meta["annotated_answer"] != s.answer]
+    assert flipped and all(s.meta["mirrored"] for s in flipped)
+    for s in samples:
+        parts = tool_turns.sft_target(s, HARNESS.reference_key)
+        model_text = "".join(p for p in parts if isinstance(p, str))
+        assert ph.parse(model_text).answer == s.meta["annotated_answer"]
+        assert ph.parse(s.reference[HARNESS.reference_key]).answer == s.meta["annotated_answer"]
+        ast = next(p.output for p in parts if isinstance(p, tool_turns.ToolTurn))
+        for o in s.meta["objects"]:  # the map's centres are the true scene's, mirrored or not
+            x1, y1, x2, y2 = (v * 1000 / 64 for v in o["bbox"])
+            assert f"Center: ({wm.fmt_num((x1 + x2) / 2)}, {wm.fmt_num((y1 + y2) / 2)})" in ast
+        assert tool_turns.sft_target(s, HARNESS.reference_key, method_targets=False) == (
+            s.reference[HARNESS.reference_key],)
+    data = DataConfig(sft_targets="reference")
+    e = encode_sample(flipped[0], policy.tokenizer, HARNESS, mode="sft", image_cfg=policy.image_cfg,
+                      method_targets=data.sft_targets == "method")
+    assert e.target_mask.all() and len(e.image_grid_thw) == 1  # no tool turn, no picture
+    with pytest.raises(ValueError, match="sft_targets"):
+        DataConfig(sft_targets="tools")

@@ -38,12 +38,16 @@ from spatial_jax.data.video_processing import (
 )
 
 PreprocessFn = Callable[[Sequence[np.ndarray], Any], tuple[np.ndarray, np.ndarray]]
+SFT_TARGETS = ("method", "reference")  # DataConfig.sft_targets
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Where the data comes from and how it is batched; `train` / `eval` are JSONL paths or `synthetic:<split>:<n>`.
-    `sft_train` is the SFT cold start's own source (its reference completions); empty means `train`.
+    `sft_train` is the SFT cold start's own source (its reference completions); empty means `train`. sft_targets:
+    "method" trains on the method's own SFT targets where it builds them (AlloSpatial's tool-calling trajectories,
+    methods/harness_targets.py), "reference" on every sample's reference completion (AlloSpatial without tools: the
+    question-answer-only cold start of its Table 4).
     bucket_lengths: the padded sequence lengths a batch may take (the smallest that fits its longest row); seed
     orders the training source (grain's index shuffle, reshuffled each epoch). max_image_pixels: larger image files
     are refused from their header, before decoding (a decompression bomb); the default is PIL's own warning limit."""
@@ -51,6 +55,7 @@ class DataConfig:
     train: str = "synthetic:train:1000"
     eval: str = "synthetic:heldout:200"
     sft_train: str = ""
+    sft_targets: str = "method"
     synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
     bucket_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     seed: int = 0
@@ -64,6 +69,7 @@ class DataConfig:
         require("bucket_lengths", lengths, list(lengths) == sorted(set(lengths)), "be strictly increasing")
         check_range(self, "seed", 0, 2**32 - 1)  # grain's shuffle takes a uint32
         check_at_least(self, read_threads=0, max_image_pixels=1)
+        require("sft_targets", self.sft_targets, self.sft_targets in SFT_TARGETS, f"be one of {SFT_TARGETS}")
         for name in ("train", "eval"):
             require(name, getattr(self, name), bool(getattr(self, name)),
                     "name a JSONL file or synthetic:<split>:<count>")
@@ -259,10 +265,12 @@ def encode_sample(
     preprocess_fn: PreprocessFn = preprocess,
     max_image_pixels: int | None = None,
     video_cfg: VideoProcessingConfig | None = None,
+    method_targets: bool = True,
 ) -> Example:
     """Images or video -> patches; prompt (and SFT target) -> ids, with exactly one <|image_pad|> (<|video_pad|>)
     per merged image (frame-group) token. A picture that cannot be loaded or preprocessed (aspect ratio over 200,
-    say) is a DatasetError naming the row (sample.origin) and the file."""
+    say) is a DatasetError naming the row (sample.origin) and the file. method_targets: False trains on the
+    sample's reference completion even where the method builds its own SFT target (DataConfig.sft_targets)."""
     video_cfg = video_config(image_cfg, video_cfg)
     vis = load_visuals(sample, video_cfg, max_image_pixels)
     if sample.image_size is None:  # SpatialThinker states the size its pixel boxes refer to; scorers read it too
@@ -282,7 +290,7 @@ def encode_sample(
     prompt_length = len(ids)
     target_mask = None
     if mode == "sft":  # the reference completion, or the method's target with tool turns (data/tool_turns.py)
-        target = sft_target(sample, fmt.reference_key)
+        target = sft_target(sample, fmt.reference_key, method_targets)
         if target is None:
             raise sample.error(f"SFT needs a reference completion under {fmt.reference_key!r}")
         completion = encode_target(target, tokenizer, image_cfg, preprocess_fn)
@@ -368,7 +376,7 @@ def make_dataset(
         ds = ds.shuffle(seed=data.seed)
     ds = ds.repeat(num_epochs)
     ds = ds.map(lambda s: encode_sample(s, tokenizer, fmt, mode, image_cfg, preprocess_fn, data.max_image_pixels,
-                                        video_cfg))
+                                        video_cfg, data.sft_targets == "method"))
     return ds.batch(
         batch_size,
         drop_remainder=drop_remainder,

@@ -71,7 +71,8 @@ class SyntheticConfig:
     question's words to the image. mirror_colors, mirror_rate: a biased annotator. With probability mirror_rate the
     reference completions (the SFT targets) of a question about an object of one of these colours describe the scene
     mirrored left to right (each box in the other column, left and right swapped in the reasoning and the answer it
-    writes); the image, question, gold answer and pseudo-GT stay true. A policy trained on them writes the mirrored
+    writes; meta["annotated_answer"] is the answer they give, which AlloSpatial's tool-calling targets end with too);
+    the image, question, gold answer and pseudo-GT stay true. A policy trained on them writes the mirrored
     boxes where the rate is above 1/2 yet gives the true ones probability 1 - rate: errors it is unsure of, which RL
     with the gold answers and pseudo-GT can correct.
     prior_colors, prior_answer, prior_rate: a language prior that the question's text alone can exploit (ProSR's
@@ -728,8 +729,9 @@ def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool
     scene = scene_graph(objects, q)
     image = render(objects, cfg.width, cfg.height) if render_image else np.zeros((0, 0, 3), np.uint8)
     mirrored = _annotator_mirrors(cfg, split, index, objects, q)
+    q_seen = _mirrored_question(q) if mirrored else q
     if mirrored:
-        seen, q_seen = _mirrored(objects, cfg.width), _mirrored_question(q)
+        seen = _mirrored(objects, cfg.width)
         reference = reference_completions(seen, q_seen, scene_graph(seen, q_seen), cfg)
     else:
         reference = reference_completions(objects, q, scene, cfg)
@@ -750,6 +752,7 @@ def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool
             "relevant": [objects[i].label for i in dict.fromkeys(q.relevant)],
             "corruption": list(kinds),
             "mirrored": mirrored,
+            "annotated_answer": q_seen.answer,  # the annotator's answer: the SFT targets' (true unless mirrored)
         },
     )
 

@@ -82,9 +82,10 @@ def register_target(reference_key: str, builder: Builder) -> None:
     _BUILDERS[reference_key] = builder
 
 
-def sft_target(sample: Sample, reference_key: str) -> tuple[TargetPart, ...] | None:
-    """The registered builder's target for this sample, else its reference completion as one model part, else None."""
-    builder = _BUILDERS.get(reference_key)
+def sft_target(sample: Sample, reference_key: str, method_targets: bool = True) -> tuple[TargetPart, ...] | None:
+    """The registered builder's target for this sample (unless method_targets is False), else its reference
+    completion as one model part, else None."""
+    builder = _BUILDERS.get(reference_key) if method_targets else None
     parts = builder(sample) if builder is not None else None
     if parts is not None:
         return tuple(parts)

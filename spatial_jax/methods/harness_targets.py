@@ -4,7 +4,8 @@ The paper's cold start trains on harness trajectories that call World2Mind, read
 view and cross-check before answering (AlloSpatial §3.4, App. D). This builds one such trajectory per sample from
 what the sample knows: Step1 names the objects the answer rests on; Step2.1 calls world2mind on them and reads back
 the AST the live tool returns; Step3.1 calls view_image (landmark_vis) and sees the rendered
-picture the live tool returns; Step4 quotes the map's centres and sizes of those objects; Step5 answers. Tool
+picture the live tool returns; Step4 quotes the map's centres and sizes of those objects; Step5 answers as the
+sample's annotator did (`meta["annotated_answer"]`, else the gold answer), as its other formats' targets do. Tool
 outputs come from data/world_map.py, as the rollout's tools answer, and are tool turns (no loss).
 
 A sample without `meta["objects"]` and `meta["relevant"]` (the objects its answer rests on) keeps its own reference
@@ -51,7 +52,10 @@ def tool_target(sample: Sample) -> list[TargetPart] | None:
     if ast.startswith("Error: ") or picture is None:
         return None
     named = [o for o in objects if o["label"] in relevant]
-    final = sample.answer if isinstance(sample.answer, str) else format_number(sample.answer)
+    # the annotator's answer where the world has one (a biased annotator's, data/synthetic.py): the targets of every
+    # format carry it alike, while the tools answer the truth
+    answer = meta.get("annotated_answer", sample.answer)
+    final = answer if isinstance(answer, str) else format_number(answer)
     return [
         f"Step1: Visual Clues\nThe answer rests on where the {' and the '.join(relevant)} are: I need the map.\n"
         f"Step2.1: World Map\n{call_text(WORLD2MIND, map_args)}",
