@@ -98,13 +98,18 @@ def direction(per_seed: list[dict[str, dict]], name: str) -> str:
     return f"{over_seeds(d)}: {verdict(d)}"
 
 
+TIE = 1e-9  # a mean difference this small is a tie: figures are shares of at most ~10^3 questions
+
+
 def verdict(d: list[float]) -> str:
     """holds (mean beyond 2 standard errors above 0), direction only (above 0), or does not hold."""
     if not d:
         return "n/a"
     m = float(np.mean(d))
+    if abs(m) < TIE:  # float rounding of paired differences that sum to 0 (0.28 - 0.04 - 0.24): a tie, not a gain
+        m = 0.0
     se = float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("inf")
-    return "holds" if m > 2 * se else "direction only" if m > 0 else "does not hold"
+    return "holds" if m > 2 * se and m > 0 else "direction only" if m > 0 else "does not hold"
 
 
 def table(per_seed: list[dict[str, dict]], seeds: list[int], note: str) -> str:

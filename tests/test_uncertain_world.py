@@ -160,6 +160,10 @@ def test_table5_says_where_each_weighting_stops_protecting():
     assert learning.verdict([0.05, 0.051, 0.049]) == "holds"
     assert learning.verdict([0.05, -0.01, 0.0]) == "direction only"
     assert learning.verdict([-0.01, -0.02, 0.0]) == "does not hold"
+    # differences that sum to 0 up to float rounding are a tie, whatever their spread
+    assert float(sum([1.0 - 0.72, 0.68 - 0.72, 0.64 - 0.88])) != 0.0
+    assert learning.verdict([1.0 - 0.72, 0.68 - 0.72, 0.64 - 0.88]) == "does not hold"
+    assert learning.verdict([0.1 + 0.2 - 0.3] * 3) == "does not hold"
     text = uncertain.table5(per_seed, levels, {0.0: None})
     assert "| SpatialCORE - beta = 1 (confidence weighting) | 0.050 ± 0.001 (holds) | 0.050 ± 0.001 (holds) |" in text
     assert text.count("| answer + format only |") == 4  # IoU, accuracy, H and rho tables
