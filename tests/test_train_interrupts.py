@@ -93,6 +93,8 @@ def test_a_bad_input_mid_stage_keeps_the_pending_checkpoint(tmp_path, monkeypatc
 
 def test_sigint_during_a_save_names_the_step_and_a_rerun_resumes(tmp_path, monkeypatch, capsys):
     assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    # Python's default handler, or SIG_IGN where the suite itself was started in the background without job control
+    before = signal.getsignal(signal.SIGINT)
     run = tmp_path / "run"
     _stop_at(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGINT))
     assert main(["train", f"run_dir={run}", "sft.steps=3", *JOB]) == 128 + signal.SIGINT
@@ -100,7 +102,7 @@ def test_sigint_during_a_save_names_the_step_and_a_rerun_resumes(tmp_path, monke
     assert line == ("spatial-jax train: interrupted at step 2 of the sft stage; rerun to resume from its checkpoint "
                     "of step 2")
     assert _committed(run) == ["2"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers before are back
+    assert signal.getsignal(signal.SIGINT) is before  # the handlers before are back
     monkeypatch.undo()
     _resumes(run, 3, capsys)
 
