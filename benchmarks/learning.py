@@ -109,7 +109,7 @@ def verdict(d: list[float]) -> str:
     if abs(m) < TIE:  # float rounding of paired differences that sum to 0 (0.28 - 0.04 - 0.24): a tie, not a gain
         m = 0.0
     se = float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("inf")
-    return "holds" if m > 2 * se and m > 0 else "direction only" if m > 0 else "does not hold"
+    return "holds" if m > 2 * se else "direction only" if m > 0 else "does not hold"
 
 
 def table(per_seed: list[dict[str, dict]], seeds: list[int], note: str) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import learning
 import paper_tables
-import uncertain
+import tool_use
 from paper_tables import mean_of
 
 from spatial_jax import config as C
@@ -98,8 +98,8 @@ def tool_figures(rows: list[dict]) -> dict[str, float | None]:
         parsed = ph.parse(text).tool_calls
         calls += len(parsed)
         valid += sum(c.valid for c in parsed)
-        answered = [text[s:e].removeprefix("<tool_response>").lstrip() for s, e in ph.response_spans(text)]
-        if any(c.valid and c.kind == "map" for c in parsed) and any(not r.startswith("Error:") for r in answered):
+        responses = [text[s:e] for s, e in ph.response_spans(text)]
+        if any(c.valid and c.kind == "map" for c in parsed) and tool_use.answered_without_error(responses):
             mapped.append(float(row["accuracy_ungated"]))
     return {CALLS: calls / len(rows) if rows else None, VALID: valid / calls if calls else None,
             USED: mean_of(mapped)}
@@ -126,14 +126,6 @@ def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
 
 def main_table(per_seed: list[dict], seeds: list[int], note: str) -> list[str]:
     """Each figure at both SFT starts and after each arm, and the paired changes, mean ± standard error over seeds."""
-    runs = (*STARTS, *ARMS)
-    lines = [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds; each change is paired seed by "
-             f"seed. {note} The starts draw nothing from the seed (greedy evaluation), so each is trained once.", "",
-             "| figure | " + " | ".join(SHORT[r] for r in runs) + " | " +
-             " | ".join(f"{SHORT[a]} - {SHORT[b]}" for a, b in PAIRS) + " |",
-             "|---|" + "---|" * (len(runs) + len(PAIRS))]
-    for column in COLUMNS:
-        cells = [learning.over_seeds([s[run][column] for s in per_seed]) for run in runs]
-        cells += [learning.over_seeds(uncertain.paired(per_seed, a, b, column)) for a, b in PAIRS]
-        lines.append(f"| {column} | " + " | ".join(cells) + " |")
-    return lines
+    return [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds; each change is paired seed by "
+            f"seed. {note} The starts draw nothing from the seed (greedy evaluation), so each is trained once.", "",
+            *paper_tables.figures_table(per_seed, COLUMNS, (*STARTS, *ARMS), PAIRS, SHORT)]

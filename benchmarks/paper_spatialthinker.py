@@ -27,7 +27,6 @@ from pathlib import Path
 
 import learning
 import paper_tables
-import uncertain
 from paper_tables import mean_of
 
 from spatial_jax import config as C
@@ -111,14 +110,7 @@ def main_table(per_seed: list[dict], seeds: list[int], note: str) -> list[str]:
     (verdicts are the claims table's: whether a rise is good depends on the figure)."""
     ref = learning.over_seeds([s["SFT start"][REF] for s in per_seed])
     pairs = [(arm, "SFT start") for arm in ARMS] + [(DENSE, SPARSE), (UNGATED, DENSE)]
-    lines = [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds; each change is paired seed by "
-             f"seed (every arm starts from the seed's SFT start). {note} S and C are the specified reward's terms, "
-             f"S ungated, over the well-formed completions; a reference scene graph has {ref} boxes.", "",
-             "| figure | start | " + " | ".join(SHORT[a] for a in ARMS) + " | " +
-             " | ".join(f"{SHORT[a]} - {SHORT[b]}" for a, b in pairs) + " |",
-             "|---|" + "---|" * (1 + len(ARMS) + len(pairs))]
-    for column in COLUMNS:
-        cells = [learning.over_seeds([s[run][column] for s in per_seed]) for run in ("SFT start", *ARMS)]
-        cells += [learning.over_seeds(uncertain.paired(per_seed, a, b, column)) for a, b in pairs]
-        lines.append(f"| {column} | " + " | ".join(cells) + " |")
-    return lines
+    return [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds; each change is paired seed by "
+            f"seed (every arm starts from the seed's SFT start). {note} S and C are the specified reward's terms, "
+            f"S ungated, over the well-formed completions; a reference scene graph has {ref} boxes.", "",
+            *paper_tables.figures_table(per_seed, COLUMNS, ("SFT start", *ARMS), pairs, SHORT)]

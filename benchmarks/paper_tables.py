@@ -17,6 +17,20 @@ def mean_of(x: list[float]) -> float | None:
     return float(np.mean(x)) if x else None
 
 
+def figures_table(per_seed: list[dict], columns: tuple[str, ...], runs: tuple[str, ...],
+                  pairs: list[tuple[str, str]] | tuple[tuple[str, str], ...], short: dict[str, str]) -> list[str]:
+    """Header and one row per figure: its mean ± standard error over seeds at each run, then each pair's paired
+    difference (a - b, seed by seed); short names the runs in the header."""
+    lines = ["| figure | " + " | ".join(short[r] for r in runs) + " | " +
+             " | ".join(f"{short[a]} - {short[b]}" for a, b in pairs) + " |",
+             "|---|" + "---|" * (len(runs) + len(pairs))]
+    for column in columns:
+        cells = [learning.over_seeds([s[run][column] for s in per_seed]) for run in runs]
+        cells += [learning.over_seeds(uncertain.paired(per_seed, a, b, column)) for a, b in pairs]
+        lines.append(f"| {column} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def claims_table(per_seed: list[dict], claims: tuple[tuple[str, str, str, str], ...]) -> list[str]:
     """claims: (claim, column, run whose figure should be higher, run it is compared with)."""
     lines = ["Claims, each as a paired difference oriented so that the claim says it is positive (holds = beyond 2 "

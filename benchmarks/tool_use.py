@@ -18,6 +18,12 @@ from pathlib import Path
 from spatial_jax.rewards import parse_harness as ph
 
 
+def answered_without_error(responses: list[str]) -> bool:
+    """Whether any of a rollout's tool responses (their text, `<tool_response>` included) is an answer, not an
+    "Error: ..." text."""
+    return any(not r.removeprefix("<tool_response>").lstrip().startswith("Error:") for r in responses)
+
+
 def tool_use(rows: list[dict]) -> dict[str, float]:
     """Shares of rollouts (and their count) with a call, a valid call, an answered call, a picture."""
     n = len(rows)
@@ -30,7 +36,7 @@ def tool_use(rows: list[dict]) -> dict[str, float]:
         responses = [text[s:e] for s, e in ph.response_spans(text)]
         called += bool(calls)
         valid += any(c.valid for c in calls)
-        answered += any(not r.removeprefix("<tool_response>").lstrip().startswith("Error:") for r in responses)
+        answered += answered_without_error(responses)
         pictured += any("<|image_pad|>" in r for r in responses)
     return {"rollouts": n, "tool_call": called / n, "valid_call": valid / n, "answered_without_error": answered / n,
             "view_with_picture": pictured / n, "accuracy": sum(float(r["accuracy"]) for r in rows) / n}
