@@ -1,0 +1,81 @@
+"""The GPU paged decode kernel (kernels/paged_attention.py) in the Pallas interpreter against the project's XLA paged
+path (pages gathered by models/paged.read, models.attention.xla) and its jnp reference, over page sizes, GQA ratios,
+rows of one token, rows ending mid-page and on a page's last slot, several pages per block and split rows; its
+Triton lowering for CUDA (built on CPU: the kernel lowers, only PTX needs a GPU); and the engine with it and with
+command buffers drawing the tokens it draws without them.
+
+Tolerances: float32 inputs, 2e-6 absolute (the kernel sums in another order: online softmax over blocks and splits);
+bfloat16 inputs, one bfloat16 ulp of the output's scale (2 ** -7 relative): the XLA path rounds its probabilities to
+bfloat16 before the value product, the kernel its unnormalised ones, so the two differ by bfloat16 rounding.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spatial_jax.kernels import paged_attention as pa
+from spatial_jax.models import paged
+from spatial_jax.models.attention import xla
+
+
+def _case(B, H, Hkv, D, page_size, W, lengths, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    pages = B * W + 3
+    q = jnp.asarray(rng.normal(size=(B, H, D)), dtype)
+    pool_k, pool_v = (jnp.asarray(rng.normal(size=(Hkv, pages, page_size, D)), dtype) for _ in range(2))
+    table = jnp.asarray(rng.permutation(np.arange(1, pages))[: B * W].reshape(B, W), jnp.int32)
+    return q, pool_k, pool_v, table, jnp.asarray(lengths, jnp.int32)
+
+
+@jax.jit
+def _xla_paged(q, pool_k, pool_v, table, lengths, scale=0.3):
+    """What models/text.py does for a decode step without a kernel: paged_inputs, gather, XLA attention."""
+    cache = paged.PagedKVCache(keys=(pool_k,), values=(pool_v,), page_table=table, lengths=lengths - 1)
+    mask, index, _ = paged.paged_inputs(cache, jnp.ones((q.shape[0], 1), jnp.int32))
+    k, v = paged.read(pool_k, index), paged.read(pool_v, index)
+    return xla(q[:, None], k, v, mask, scale=scale)[:, 0]
+
+
+# (page_size, H, Hkv, pages_per_block, splits, dtype): GQA 8 and 1 (MHA; the tiny policy's 2 in test_engine); one
+# page per block and several; a row split 3 ways and whole
+CASES = [(4, 8, 1, 2, 3, jnp.float32), (8, 2, 2, 1, 1, jnp.bfloat16)]
+
+
+@pytest.mark.parametrize("page_size,H,Hkv,ppb,splits,dtype", CASES)
+def test_paged_kernel_interpreted_equals_the_xla_paged_path(page_size, H, Hkv, ppb, splits, dtype):
+    W = 5  # not a multiple of pages_per_block * splits: the kernel pads the table
+    # one token; mid-page; a page's last slot; the whole window
+    lengths = [1, page_size + page_size // 2 + 1, 2 * page_size, W * page_size]
+    q, pool_k, pool_v, table, lens = _case(4, H, Hkv, 16, page_size, W, lengths, dtype)
+    got = pa.paged_decode_attention(q, pool_k, pool_v, table, lens, scale=0.3, pages_per_block=ppb, splits=splits,
+                                    interpret=True)
+    assert got.shape == q.shape and got.dtype == dtype
+    ref = _xla_paged(q, pool_k, pool_v, table, lens)
+    own = jax.jit(pa.reference, static_argnames="scale")(q, pool_k, pool_v, table, lens, scale=0.3)
+    if dtype == jnp.float32:
+        np.testing.assert_allclose(got, ref, atol=2e-6, rtol=0)
+        np.testing.assert_allclose(got, own, atol=2e-6, rtol=0)
+    else:
+        scale = float(jnp.abs(ref.astype(jnp.float32)).max())
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32), atol=2**-7 * scale)
+    # a row of one token attends to that token only: its value, exactly up to rounding
+    v0 = pool_v[:, table[0, 0], 0].astype(jnp.float32)  # [Hkv, D]
+    np.testing.assert_allclose(np.asarray(got[0], np.float32), np.repeat(v0, H // Hkv, axis=0),
+                               atol=2e-6 if dtype == jnp.float32 else 2**-8 * float(jnp.abs(v0).max()))
+
+
+def test_paged_kernel_lowers_to_triton_for_cuda_and_checks_its_inputs():
+    q, pool_k, pool_v, table, lens = _case(2, 8, 2, 32, 16, 6, [3, 40], jnp.bfloat16)
+    fn = jax.jit(lambda *a: pa.paged_decode_attention(*a, scale=0.1, pages_per_block=2, splits=2, interpret=False))
+    text = fn.trace(q, pool_k, pool_v, table, lens).lower(lowering_platforms=("cuda",)).as_text()
+    assert "triton" in text.lower() and "paged_decode_attention" in text
+    with pytest.raises(ValueError, match="powers of two"):  # a head of 24 cannot be a Triton block
+        pa.paged_decode_attention(q[..., :24], pool_k[..., :24], pool_v[..., :24], table, lens, scale=0.1,
+                                  interpret=False)
+    with pytest.raises(ValueError, match="do not fit"):
+        pa.paged_decode_attention(q[:, :3], pool_k, pool_v, table, lens, scale=0.1)
+    with pytest.raises(ValueError, match="lengths"):
+        pa.paged_decode_attention(q, pool_k, pool_v, table, lens[:1], scale=0.1)
+    with pytest.raises(ValueError, match="scale"):
+        pa.paged_decode_attention(q, pool_k, pool_v, table, lens, scale=float("nan"))
