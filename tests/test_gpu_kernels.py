@@ -1,8 +1,15 @@
-"""The GPU paged decode kernel (kernels/paged_attention.py) in the Pallas interpreter against the project's XLA paged
+"""The GPU kernels in the Pallas interpreter against the project's XLA paths, and their Triton lowering for CUDA
+(built on CPU: a kernel lowers, only PTX needs a GPU).
+
+The paged decode kernel (kernels/paged_attention.py) against the XLA paged
 path (pages gathered by models/paged.read, models.attention.xla) and its jnp reference, over page sizes, GQA ratios,
 rows of one token, rows ending mid-page and on a page's last slot, several pages per block and split rows; its
 Triton lowering for CUDA (built on CPU: the kernel lowers, only PTX needs a GPU); and the engine with it and with
 command buffers drawing the tokens it draws without them.
+
+The flash kernel (kernels/flash_attention.py) as attention "pallas" on the shared-prefix update's completions
+(causal mask offset by the prompt, a left-padded prompt, right-padded completions, GQA): outputs and gradients in
+q, k, v against attention "xla", on real queries.
 
 Tolerances: float32 inputs, 2e-6 absolute (the kernel sums in another order: online softmax over blocks and splits);
 bfloat16 inputs, one bfloat16 ulp of the output's scale (2 ** -7 relative): the XLA path rounds its probabilities to
@@ -14,9 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spatial_jax.kernels import flash_attention as fa
 from spatial_jax.kernels import paged_attention as pa
 from spatial_jax.models import paged
-from spatial_jax.models.attention import xla
+from spatial_jax.models.attention import AttentionMask, attention, xla
 
 
 def _case(B, H, Hkv, D, page_size, W, lengths, dtype, seed=0):
@@ -79,3 +87,43 @@ def test_paged_kernel_lowers_to_triton_for_cuda_and_checks_its_inputs():
         pa.paged_decode_attention(q, pool_k, pool_v, table, lens[:1], scale=0.1)
     with pytest.raises(ValueError, match="scale"):
         pa.paged_decode_attention(q, pool_k, pool_v, table, lens, scale=float("nan"))
+
+
+def test_flash_kernel_interpreted_equals_xla_on_the_shared_prefix_mask():
+    rng = np.random.default_rng(1)
+    B, P, N, H, Hkv, D = 2, 7, 11, 4, 2, 16
+    q = jnp.asarray(rng.normal(size=(B, N, H, D)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(B, P + N, Hkv, D)), jnp.float32) for _ in range(2))
+    prompt, completion = np.ones((B, P), np.int32), np.ones((B, N), np.int32)
+    prompt[1, :2] = 0  # left padding
+    completion[0, -3:] = 0  # right padding
+    q_seg, kv_seg = jnp.asarray(completion), jnp.asarray(np.hstack([prompt, completion]))
+    mask = AttentionMask(segment_ids=q_seg, kv_segment_ids=kv_seg, causal=True, causal_offset=P)
+    real = q_seg[:, :, None, None] > 0
+    cotangent = jnp.where(real, jnp.cos(jnp.arange(H * D)).reshape(H, D), 0.0)  # padding queries: never read
+
+    @jax.jit
+    def both(q, k, v):  # outputs and gradients; blocks of 8 (several causal frontiers and skipped blocks)
+        flash = lambda q, k, v: fa.flash_attention(q, k, v, q_seg, kv_seg, scale=0.3, causal=True, causal_offset=P,
+                                                   block_q=8, block_k=8, interpret=True)
+        out = []
+        for f in (flash, lambda q, k, v: xla(q, k, v, mask, scale=0.3)):
+            o, vjp = jax.vjp(f, q, k, v)
+            out.append((o, *vjp(cotangent)))
+        return out
+
+    (got, *g_got), (want, *g_want) = both(q, k, v)
+    np.testing.assert_allclose(jnp.where(real, got, 0), jnp.where(real, want, 0), atol=2e-6, rtol=0)
+    assert np.isfinite(np.asarray(got)).all()  # padding queries too
+    for a, b in zip(g_got, g_want):
+        np.testing.assert_allclose(a, b, atol=2e-6, rtol=0)
+    # the attention entry point's "pallas" (default blocks) on the same mask
+    wired = jax.jit(lambda q, k, v: attention(q, k, v, mask, scale=0.3, impl="pallas"))(q, k, v)
+    np.testing.assert_allclose(jnp.where(real, wired, 0), jnp.where(real, want, 0), atol=2e-6, rtol=0)
+    with pytest.raises(ValueError, match="causal_offset"):
+        fa.flash_attention(q, k, v, q_seg, kv_seg, scale=0.3, causal_offset=P)
+    fn = jax.jit(jax.grad(lambda q: fa.flash_attention(q, k.astype(q.dtype), v.astype(q.dtype), q_seg, kv_seg,
+                                                       scale=0.3, causal=True, causal_offset=P, block_q=16,
+                                                       block_k=16, interpret=False).astype(jnp.float32).sum()))
+    text = fn.trace(q.astype(jnp.bfloat16)).lower(lowering_platforms=("cuda",)).as_text()
+    assert all(f"flash_attention_{part}" in text for part in ("forward", "dq", "dkv"))
