@@ -75,7 +75,8 @@ def test_paged_kernel_interpreted_equals_the_xla_paged_path(page_size, H, Hkv, p
 
 def test_paged_kernel_lowers_to_triton_for_cuda_and_checks_its_inputs():
     q, pool_k, pool_v, table, lens = _case(2, 8, 2, 32, 16, 6, [3, 40], jnp.bfloat16)
-    fn = jax.jit(lambda *a: pa.paged_decode_attention(*a, scale=0.1, pages_per_block=2, splits=2, interpret=False))
+    # splits chosen for the GPU (None): 3 here, one per block of 2 of the 6 pages
+    fn = jax.jit(lambda *a: pa.paged_decode_attention(*a, scale=0.1, pages_per_block=2, interpret=False))
     text = fn.trace(q, pool_k, pool_v, table, lens).lower(lowering_platforms=("cuda",)).as_text()
     assert "triton" in text.lower() and "paged_decode_attention" in text
     with pytest.raises(ValueError, match="powers of two"):  # a head of 24 cannot be a Triton block

@@ -27,6 +27,9 @@ from jax.experimental.pallas import triton as plgpu
 MASK_VALUE = -1e30
 # Triton's dot wants every dimension of a block at least this large
 MIN_DOT = 16
+# Programs `splits=None` aims for: about one per streaming multiprocessor of an H100/H200 (132), so a few rows
+# (decoding one sequence: Hkv programs) still spread their pages over the chip
+TARGET_PROGRAMS = 128
 
 
 def _pow2(n: int) -> bool:
@@ -111,13 +114,15 @@ def _paged(q, pool_k, pool_v, page_table, lengths, *, scale, pages_per_block, sp
 
 
 def paged_decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, page_table: jax.Array,
-                           lengths: jax.Array, *, scale: float, pages_per_block: int = 4, splits: int = 1,
+                           lengths: jax.Array, *, scale: float, pages_per_block: int = 4, splits: int | None = None,
                            num_warps: int = 4, num_stages: int = 2, interpret: bool | None = None) -> jax.Array:
     """softmax(q k^T * scale) v for one query per row, q [B, H, D], over the row's first `lengths[b]` positions of
     pools [Hkv, pages, page_size, D] (query head h reads kv head h // (H / Hkv)) through page_table [B, W] (position
     p is slot p % page_size of page page_table[b, p // page_size]); returns [B, H, D] in q's dtype. Scores, softmax
     and accumulation in float32. `pages_per_block` pages are scored per step of a program, `splits` programs share a
-    row's pages; `interpret` runs the Pallas interpreter (default: unless on a GPU)."""
+    row's pages (None: on a GPU enough for about TARGET_PROGRAMS programs in all, at most one per block of the
+    table; interpreted, 1);
+    `interpret` runs the Pallas interpreter (default: unless on a GPU)."""
     if q.ndim != 3 or pool_k.ndim != 4 or pool_v.shape != pool_k.shape:
         raise ValueError(f"paged_decode_attention wants q [B, H, D] and pools [Hkv, pages, page_size, D]; got "
                          f"{q.shape}, {pool_k.shape}, {pool_v.shape}")
@@ -131,11 +136,14 @@ def paged_decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, p
         raise ValueError(f"page_table and lengths must be integers, got {page_table.dtype}, {lengths.dtype}")
     if not scale > 0 or scale == float("inf"):
         raise ValueError(f"scale must be a positive finite number, got {scale}")
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    if splits is None:  # the interpreter runs programs one by one: splitting buys nothing there
+        blocks = -(-page_table.shape[1] // max(1, pages_per_block))
+        splits = 1 if interpret else max(1, min(blocks, -(-TARGET_PROGRAMS // (B * Hkv))))
     if pages_per_block < 1 or splits < 1 or num_warps < 1 or num_stages < 1:
         raise ValueError(f"pages_per_block, splits, num_warps and num_stages must be >= 1, got {pages_per_block}, "
                          f"{splits}, {num_warps}, {num_stages}")
-    if interpret is None:
-        interpret = jax.default_backend() != "gpu"
     if not interpret:  # Triton's blocks: power-of-two shapes, dots of at least MIN_DOT in every dimension
         if not (_pow2(D) and D >= MIN_DOT and _pow2(page_size) and _pow2(pages_per_block)
                 and pages_per_block * page_size >= MIN_DOT):
