@@ -2,12 +2,12 @@
 each change measured beside what it replaces in one process.
 
     python benchmarks/step_gpu.py rl [--model qwen3-vl-4b] [--prompts 4] [--group 4] [--prompt-len 1024]
-        [--completion 1024] [--image 448] [--steps 3] [--arms whole:full:auto whole:dots:auto shared:dots:pallas]
+        [--completion 1024] [--image 448] [--steps 3] [--arms whole:full:auto whole:dots:auto shared:full:pallas]
         [--out F]
     python benchmarks/step_gpu.py decode [--model qwen3-vl-4b] [--slots 1 16 64] [--context 992] [--chunk 32]
-        [--arms xla pallas xla+graph pallas+graph] [--every-arm-at 16] [--repeats 5] [--out F]
-    python benchmarks/step_gpu.py all [every option of both] [--step-arms xla/whole:full:auto
-        pallas+graph/whole:dots:auto]     # decode, then rl, then whole RL steps, one JSON
+        [--decode-arms xla pallas xla+graph pallas+graph] [--every-arm-at 16] [--repeats 5] [--out F]
+    python benchmarks/step_gpu.py all [every option of both] [--step-arms xla/whole:full:auto pallas+graph/best]
+        # decode, then rl, then whole RL steps, one JSON
     python benchmarks/step_gpu.py all --model tiny ...      # the same code on the tiny policy (CPU smoke run)
 
 rl: a random policy of the named architecture (plan.ARCHITECTURES: the published Qwen3-VL shapes), bfloat16
@@ -20,8 +20,7 @@ layers' policy ("full" recomputes each layer, "dots" keeps the matmul outputs: `
 them by memory); attention "auto" (cuDNN on a GPU where the mask allows it, the XLA path for the shared prefix's
 completions), "pallas" (the Pallas flash kernel, whose causal mask is offset for the completions) or "xla". Each
 arm is compiled, run once, then timed over `steps` updates (median; the weights and optimiser state carry over). An
-arm that fails (out of memory, a kernel that does not compile) is reported and, unless its attention was "xla",
-retried with "xla".
+arm that fails is reported and, unless its attention was "xla" or it ran out of memory, retried with "xla".
 
 Model FLOPs per update (`model_flops`): 2 x parameters x tokens for every matmul weight the tokens pass through
 (decoder layers: every decoder token; the LM head: the completion tokens only, as the fused kernel computes it;
@@ -43,11 +42,13 @@ vision tower and the embedding table are not read; a tied head is read as the he
 the H200 datasheet; an H100 SXM's is 3.35); a device-to-device copy measured in the same process gives the
 achievable bandwidth. The "xla" arm reads the KV of a power-of-two window of pages: those bytes are reported too.
 
-all: decode, then rl, then a whole RL step per `--step-arms` entry `decode arm/update arm`: the rl part's policy
+all: decode, then rl, then a whole RL step per `--step-arms` entry `decode arm/update arm` (update arm "best": the
+fastest the rl part measured; the default compares today's step with the best of everything): the rl part's policy
 cast to a bfloat16 decoding copy, prompts x group rollouts of `completion` tokens drawn through the engine (all
 rows in slots at once, the prompts' images encoded once per group), then one update of that arm on a batch of the
 rollouts' shape; rollouts (prefill + decode) and update timed apart, compiles excluded (a warm-up of one chunk of
-draws per request first). The 4B model's full-parameter update needs an H200's memory (~97 GiB at the defaults).
+draws per request first). The 4B model's full-parameter update needs an H200's memory (~97 GiB at the defaults with
+remat full; "dots" keeps ~60 KiB more per token and layer, ~70 GiB more here, which should not fit: measured).
 
 Writes a JSON (--out, default benchmarks/out/step_gpu_<part>.json) and prints markdown tables.
 """
@@ -254,6 +255,8 @@ def run_rl(args, result: dict, save) -> dict:
         flops = model_flops(mc, counts, args.prompts, args.group, args.prompt_len, args.completion, grid, shared)
         attempts = []
         for attention in (impl, "xla") if impl != "xla" else (impl,):
+            if attempts and "RESOURCE_EXHAUSTED" in attempts[-1]["error"]:
+                break  # out of memory: another attention path would not change that
             gd = nnx.split(nnx.eval_shape(lambda: Qwen3VL(mc.replace(remat_policy=remat, attention_impl=attention),
                                                           rngs=nnx.Rngs(0))), nnx.Param, ...)[0]
             try:
@@ -271,7 +274,7 @@ def run_rl(args, result: dict, save) -> dict:
                        tokens_per_s=R * (args.prompt_len + args.completion) / run["seconds"],
                        completion_tokens_per_s=R * args.completion / run["seconds"], peak_bytes=_peak_bytes())
             attempts.append(run)
-            reuse["compiled"][arm] = (compiled, data)
+            reuse["compiled"][arm] = (compiled, data, run["seconds"])
             print(f"rl {arm} attention {attention}: {run['seconds']:.3f} s per update, MFU {run['mfu']:.1%}, "
                   f"compiled in {run['compile_s']:.0f} s", file=sys.stderr, flush=True)
             break
@@ -442,10 +445,12 @@ def rollout_requests(mc: ModelConfig, prompts: int, group: int, prompt_len: int,
 
 
 def parse_step_arm(arm: str) -> tuple[str, str]:
+    """`decode/update`: a decode arm and an update arm, or "best" (the fastest update arm the rl part measured)."""
     decode, _, update = arm.partition("/")
     if decode not in DECODE_ARMS:
         raise ValueError(f"step arm {arm!r}: write decode/update, decode one of {sorted(DECODE_ARMS)}")
-    parse_update_arm(update)
+    if update != "best":
+        parse_update_arm(update)
     return decode, update
 
 
@@ -458,8 +463,10 @@ def run_step(args, reuse: dict, result: dict, save) -> None:
     result["steps"] = []
     for arm in args.step_arms:
         decode, update = parse_step_arm(arm)
+        if update == "best" and reuse["compiled"]:
+            update = min(reuse["compiled"], key=lambda name: reuse["compiled"][name][2])
         kernel, graph = DECODE_ARMS[decode]
-        row = {"arm": arm, "decode": decode, "update": update}
+        row = {"arm": f"{decode}/{update}", "decode": decode, "update": update}
         result["steps"].append(row)
         if update not in reuse["compiled"]:
             row["error"] = f"update arm {update} was not measured (or failed) in the rl part"
@@ -479,7 +486,7 @@ def run_step(args, reuse: dict, result: dict, save) -> None:
             row["completion_tokens"] = int(sum(len(rnd.tokens) for (rnd,) in rounds))
             row["command_buffer_error"] = engine.command_buffer_error
             del copy, engine
-            compiled, data = reuse["compiled"][update]
+            compiled, data, _ = reuse["compiled"][update]
             t0 = time.perf_counter()
             row["loss"] = _one_update(compiled, state, data)
             row["update_s"] = time.perf_counter() - t0
@@ -530,7 +537,7 @@ def _rl_args(p) -> None:
     p.add_argument("--completion", type=int, default=1024)
     p.add_argument("--image", type=int, default=448, help="image side in pixels (a multiple of 2 x the patch)")
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--arms", nargs="+", default=["whole:full:auto", "whole:dots:auto", "shared:dots:pallas"],
+    p.add_argument("--arms", nargs="+", default=["whole:full:auto", "whole:dots:auto", "shared:full:pallas"],
                    help="update arms rows:remat:attention")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     p.add_argument("--attention-chunk", type=int, default=256, help="the XLA attention path's query block")
@@ -565,8 +572,8 @@ def main(argv=None) -> None:
             _rl_args(p)
         if name in ("decode", "all"):
             _decode_args(p)
-    parts["all"].add_argument("--step-arms", nargs="+", default=["xla/whole:full:auto", "pallas+graph/whole:dots:auto"],
-                              help="decode arm/update arm per whole RL step")
+    parts["all"].add_argument("--step-arms", nargs="+", default=["xla/whole:full:auto", "pallas+graph/best"],
+                              help="decode arm/update arm per whole RL step (best: the fastest update arm)")
     args = parser.parse_args(argv)
     for name in ("prompts", "group", "prompt_len", "completion", "image", "steps", "context", "chunk", "repeats"):
         if getattr(args, name, 1) < 1:

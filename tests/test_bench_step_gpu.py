@@ -79,8 +79,8 @@ def test_every_part_end_to_end_on_the_tiny_policy(tmp_path, capsys):
     step_gpu.main(["all", "--model", "tiny", "--prompts", "2", "--group", "2", "--prompt-len", "48", "--completion",
                    "8", "--image", "64", "--steps", "1", "--arms", "shared:full:xla", "--matmul-n", "128", "--slots",
                    "2", "--context", "40", "--chunk", "4", "--decode-arms", "xla", "pallas+graph", "--repeats", "1",
-                   "--copy-gib", "0.01", "--step-arms", "xla/shared:full:xla", "xla/whole:dots:xla", "--out",
-                   str(out)])
+                   "--copy-gib", "0.01", "--step-arms", "xla/shared:full:xla", "xla+graph/best", "xla/whole:dots:xla",
+                   "--out", str(out)])
     printed = capsys.readouterr().out
     r = json.loads(out.read_text())
     d, rl = r["decode"], r["rl"]
@@ -90,9 +90,10 @@ def test_every_part_end_to_end_on_the_tiny_policy(tmp_path, capsys):
     (run,) = rl["variants"]["shared:full:xla"]
     assert run["attention"] == "xla" and run["remat"] == "full" and np.isfinite(run["losses"]).all()
     assert run["mfu"] == pytest.approx(run["model_flops"] / run["seconds"] / 989e12)
-    done, missing = rl["steps"]
+    done, best, missing = rl["steps"]
     assert done["completion_tokens"] == 2 * 2 * 8 and done["step_s"] == done["rollout_s"] + done["update_s"] > 0
     assert done["command_buffer_error"] is None and np.isfinite(done["loss"])
+    assert best["arm"] == "xla+graph/shared:full:xla" and best["command_buffer_error"] is None  # the only update
     assert "was not measured" in missing["error"]  # its update arm was not among --arms: reported, not a crash
     assert "| 2 | pallas+graph |" in printed and "| shared:full:xla | full | xla |" in printed
     assert "| xla/shared:full:xla |" in printed
