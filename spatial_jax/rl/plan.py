@@ -443,7 +443,7 @@ def _paged_programs(cfg, mc, policy, dec: Decoding, shapes, grid, resident, run)
         args = (dec.graphdef, dec.params, pool, pool, logits, *_replicated(inputs, dec.mesh),
                 _ints(dec.mesh, 2, jnp.uint32), _ints(dec.mesh, 1), _ints(dec.mesh, 2), static, eng.chunk)
         out.append(_measure(dec.mesh, "rollout_decode", f"paged, a chunk of {eng.chunk} steps, {where}",
-                            engine.chunk_function(sc), args, resident))
+                            engine._chunk_jit, args, resident))
     return out
 
 
