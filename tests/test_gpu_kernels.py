@@ -25,6 +25,7 @@ from spatial_jax.kernels import flash_attention as fa
 from spatial_jax.kernels import paged_attention as pa
 from spatial_jax.models import paged
 from spatial_jax.models.attention import AttentionMask, attention, xla
+from spatial_jax.models.sharding import make_mesh
 
 
 def _case(B, H, Hkv, D, page_size, W, lengths, dtype, seed=0):
@@ -118,8 +119,10 @@ def test_flash_kernel_interpreted_equals_xla_on_the_shared_prefix_mask():
     assert np.isfinite(np.asarray(got)).all()  # padding queries too
     for a, b in zip(g_got, g_want):
         np.testing.assert_allclose(a, b, atol=2e-6, rtol=0)
-    # the attention entry point's "pallas" (default blocks) on the same mask
-    wired = jax.jit(lambda q, k, v: attention(q, k, v, mask, scale=0.3, impl="pallas"))(q, k, v)
+    # the attention entry point's "pallas" (default blocks) on the same mask, per shard under a mesh (rows over
+    # data, heads over tensor), as a sharded update runs it
+    with jax.set_mesh(make_mesh(data=2, fsdp=1, tensor=2)):
+        wired = jax.jit(lambda q, k, v: attention(q, k, v, mask, scale=0.3, impl="pallas"))(q, k, v)
     np.testing.assert_allclose(jnp.where(real, wired, 0), jnp.where(real, want, 0), atol=2e-6, rtol=0)
     with pytest.raises(ValueError, match="causal_offset"):
         fa.flash_attention(q, k, v, q_seg, kv_seg, scale=0.3, causal_offset=P)
