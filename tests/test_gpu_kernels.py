@@ -1,15 +1,15 @@
-"""The GPU kernels in the Pallas interpreter against the project's XLA paths, and their Triton lowering for CUDA
-(built on CPU: a kernel lowers, only PTX needs a GPU).
+"""The GPU kernels in the Pallas interpreter against the project's XLA paths and the float64 torch references
+(kernels/torch_reference.py), and their Triton lowering for CUDA (built on CPU: a kernel lowers, only PTX needs a
+GPU).
 
-The paged decode kernel (kernels/paged_attention.py) against the XLA paged
-path (pages gathered by models/paged.read, models.attention.xla) and its jnp reference, over page sizes, GQA ratios,
-rows of one token, rows ending mid-page and on a page's last slot, several pages per block and split rows; its
-Triton lowering for CUDA (built on CPU: the kernel lowers, only PTX needs a GPU); and the engine with it and with
-command buffers drawing the tokens it draws without them.
+The paged decode kernel (kernels/paged_attention.py) against the XLA paged path (pages gathered by models/paged.read,
+models.attention.xla), its jnp reference and torch's, over page sizes, GQA ratios, rows of one token, rows ending
+mid-page and on a page's last slot, several pages per block and split rows. The engine with it and with command
+buffers: tests/test_engine.py.
 
-The flash kernel (kernels/flash_attention.py) as attention "pallas" on the shared-prefix update's completions
-(causal mask offset by the prompt, a left-padded prompt, right-padded completions, GQA): outputs and gradients in
-q, k, v against attention "xla", on real queries.
+The flash kernel (kernels/flash_attention.py) on the shared-prefix update's completions (causal mask offset by the
+prompt, a left-padded prompt, right-padded completions, GQA): outputs and gradients in q, k, v against attention
+"xla" and torch's autograd, on real queries; as attention "pallas", per shard under a mesh.
 
 Tolerances: float32 inputs, 2e-6 absolute (the kernel sums in another order: online softmax over blocks and splits);
 bfloat16 inputs, one bfloat16 ulp of the output's scale (2 ** -7 relative): the XLA path rounds its probabilities to
@@ -20,9 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from spatial_jax.kernels import flash_attention as fa
 from spatial_jax.kernels import paged_attention as pa
+from spatial_jax.kernels import torch_reference
 from spatial_jax.models import paged
 from spatial_jax.models.attention import AttentionMask, attention, xla
 from spatial_jax.models.sharding import make_mesh
@@ -63,8 +65,11 @@ def test_paged_kernel_interpreted_equals_the_xla_paged_path(page_size, H, Hkv, p
     ref = _xla_paged(q, pool_k, pool_v, table, lens)
     own = jax.jit(pa.reference, static_argnames="scale")(q, pool_k, pool_v, table, lens, scale=0.3)
     if dtype == jnp.float32:
+        truth = torch_reference.paged_decode_attention(*(torch.tensor(np.asarray(x)) for x in (q, pool_k, pool_v,
+                                                                                             table, lens)), 0.3)
         np.testing.assert_allclose(got, ref, atol=2e-6, rtol=0)
         np.testing.assert_allclose(got, own, atol=2e-6, rtol=0)
+        np.testing.assert_allclose(got, truth.numpy(), atol=2e-6, rtol=0)
     else:
         scale = float(jnp.abs(ref.astype(jnp.float32)).max())
         np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32), atol=2**-7 * scale)
@@ -115,10 +120,16 @@ def test_flash_kernel_interpreted_equals_xla_on_the_shared_prefix_mask():
         return out
 
     (got, *g_got), (want, *g_want) = both(q, k, v)
-    np.testing.assert_allclose(jnp.where(real, got, 0), jnp.where(real, want, 0), atol=2e-6, rtol=0)
+    tq, tk, tv = (torch.tensor(np.asarray(x), dtype=torch.float64, requires_grad=True) for x in (q, k, v))
+    truth = torch_reference.segment_attention(tq, tk, tv, torch.tensor(completion), torch.tensor(np.asarray(kv_seg)),
+                                              0.3, causal=True, causal_offset=P)
+    (truth * torch.tensor(np.asarray(cotangent), dtype=torch.float64)).sum().backward()
+    for out in (want, truth.detach().numpy()):
+        np.testing.assert_allclose(jnp.where(real, got, 0), np.where(real, out, 0), atol=2e-6, rtol=0)
     assert np.isfinite(np.asarray(got)).all()  # padding queries too
-    for a, b in zip(g_got, g_want):
+    for a, b, c in zip(g_got, g_want, (tq.grad, tk.grad, tv.grad)):
         np.testing.assert_allclose(a, b, atol=2e-6, rtol=0)
+        np.testing.assert_allclose(a, c.numpy(), atol=2e-6, rtol=0)
     # the attention entry point's "pallas" (default blocks) on the same mask, per shard under a mesh (rows over
     # data, heads over tensor), as a sharded update runs it
     with jax.set_mesh(make_mesh(data=2, fsdp=1, tensor=2)):
