@@ -226,22 +226,31 @@ def _grid(mc: ModelConfig, image: int) -> tuple[int, int, int]:
     return (1, image // p, image // p)
 
 
-def run_rl(args, result: dict, save) -> dict:
-    """The update arms into `result` (`save()` after each); returns what a whole RL step reuses: the policy's
-    state, the optimiser and each arm's compiled update with its batch."""
+def build_policy(args) -> dict:
+    """The rl part's random policy (float32 weights, `--dtype` compute): mesh, config, parameter counts, trainable
+    and frozen state, build seconds."""
     mesh = make_mesh()
     mc = model_config(args.model, dtype=args.dtype, param_dtype="float32", attention_chunk=args.attention_chunk)
     t0 = time.perf_counter()
     model = random_model(mc, mesh)
     counts = parameter_counts(model)
     _, trainable, frozen = nnx.split(model, nnx.Param, ...)
-    del model
+    return {"mesh": mesh, "mc": mc, "counts": counts, "trainable": trainable, "frozen": frozen,
+            "build_s": time.perf_counter() - t0}
+
+
+def run_rl(args, result: dict, save, built: dict | None = None) -> dict:
+    """The update arms into `result` (`save()` after each) on `built` (default: a policy built here); returns
+    what a whole RL step reuses: the policy's state, the optimiser and each arm's compiled update with its batch."""
+    built = built or build_policy(args)
+    mesh, mc, counts = built["mesh"], built["mc"], built["counts"]
+    trainable, frozen = built.pop("trainable"), built.pop("frozen")  # donated to the updates from here on
     tx = optax.adamw(1e-6)
     state = [trainable, tx.init(trainable), frozen]
     grid = _grid(mc, args.image)
     result.update({"model": args.model, "parameters": counts, "dtype": args.dtype, "prompts": args.prompts,
                    "group": args.group, "prompt_len": args.prompt_len, "completion": args.completion,
-                   "image_grid": grid, "peak_tflops": args.peak_tflops, "build_s": time.perf_counter() - t0,
+                   "image_grid": grid, "peak_tflops": args.peak_tflops, "build_s": built["build_s"],
                    "variants": {}})
     print(f"rl: built {sum(counts.values()) / 1e9:.2f} B parameters in {result['build_s']:.0f} s", file=sys.stderr,
           flush=True)
@@ -366,11 +375,11 @@ def decode_arms_at(args, S: int) -> list[str]:
     return arms if S in args.every_arm_at else list(dict.fromkeys((arms[0], arms[-1])))
 
 
-def run_decode(args, result: dict, save) -> None:
-    """The decode arms into `result`, `save()` after each."""
-    mesh = make_mesh()
-    mc = model_config(args.model, dtype="bfloat16", param_dtype="bfloat16")
-    model = random_model(mc, mesh)
+def run_decode(args, result: dict, save, model=None) -> None:
+    """The decode arms into `result`, `save()` after each, on `model` (bfloat16 weights; default: built here)."""
+    if model is None:
+        model = random_model(model_config(args.model, dtype="bfloat16", param_dtype="bfloat16"), make_mesh())
+    mc = model.cfg
     graphdef, params = nnx.split(model)
     t = mc.text
     kv_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * jnp.dtype(mc.dtype).itemsize
@@ -593,8 +602,11 @@ def main(argv=None) -> None:
         return
     result = {"decode": _device_info(), "rl": _device_info()}  # the whole RL steps go with the rl part's figures
     save = lambda: _write(out, result)
-    run_decode(args, result["decode"], save)
-    run_step(args, run_rl(args, result["rl"], save), result["rl"], save)
+    built = build_policy(args)  # one random policy for all parts: decode reads its bfloat16 copy
+    copy = _decoding_copy(built["mc"], [built["trainable"], None, built["frozen"]])
+    run_decode(args, result["decode"], save, copy)
+    del copy
+    run_step(args, run_rl(args, result["rl"], save, built), result["rl"], save)
     print("\n\n".join((decode_markdown(result["decode"]), rl_markdown(result["rl"]), step_markdown(result["rl"]))))
 
 
