@@ -8,6 +8,10 @@
 #           prefix: tokens/s and MFU;
 #   decode  benchmarks/step_gpu.py decode: the paged engine's decode step at 1, 16 and 64 sequences against the HBM
 #           roofline;
+#   all     benchmarks/step_gpu.py all (issue 47, one call of ~7 min, an H200: the 4B full update needs ~97 GiB):
+#           decode at 1, 16, 64 sequences with and without the Pallas paged kernel and command buffers, the update
+#           with remat full vs dots and the shared prefix on the Pallas flash kernel, then whole RL steps (rollouts +
+#           update) before and after; `bash benchmarks/gpu_session.sh all`;
 #   triton  benchmarks/triton_entropy.py --sweep: parity, launch-config sweep, triton vs naive vs floor;
 #   jax     benchmarks/entropy_kernels.py at N 8192 and 32768: naive, xla, floor;
 #   tiles   xla alone with other tile sizes.
@@ -17,7 +21,7 @@
 # time. Results go to $OUT (the device tool's folder) or benchmarks/out/: one log for all steps and a JSON (and for
 # peers a markdown table) per step, within the 8 files a call brings back.
 #     bash benchmarks/gpu_session.sh                 # peers rl decode; or name steps: bash benchmarks/gpu_session.sh rl
-# RL_ARGS and DECODE_ARGS add arguments to those steps (a CPU dry run: RL_ARGS="--model tiny --image 64 ...").
+# RL_ARGS, DECODE_ARGS and ALL_ARGS add arguments to those steps (a CPU dry run: RL_ARGS="--model tiny --image 64 ...").
 set -u
 out=${OUT:-benchmarks/out}
 mkdir -p "$out"
@@ -62,8 +66,12 @@ if has rl; then
     --out "$out/step_gpu_rl.json"
 fi
 if has decode; then
-  XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 run decode "${T_DECODE:-140}" $py benchmarks/step_gpu.py decode \
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 run decode "${T_DECODE:-240}" $py benchmarks/step_gpu.py decode \
     ${DECODE_ARGS:-} --out "$out/step_gpu_decode.json"
+fi
+if has all; then
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.92 run all "${T_ALL:-560}" $py benchmarks/step_gpu.py all ${ALL_ARGS:-} \
+    --out "$out/step_gpu_all.json"
 fi
 if has triton; then
   XLA_PYTHON_CLIENT_PREALLOCATE=false run triton "${T_TRITON:-240}" $py benchmarks/triton_entropy.py --sweep \

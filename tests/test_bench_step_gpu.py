@@ -72,18 +72,37 @@ def test_engine_inputs_at_a_fixed_context(tiny):
 
 
 @pytest.mark.slow
-def test_both_parts_end_to_end_on_the_tiny_policy(tmp_path, capsys):
-    rl, dec = tmp_path / "rl.json", tmp_path / "decode.json"
-    step_gpu.main(["rl", "--model", "tiny", "--prompts", "2", "--group", "2", "--prompt-len", "48", "--completion",
-                   "16", "--image", "64", "--steps", "1", "--variants", "shared", "--matmul-n", "128", "--out",
-                   str(rl)])
-    step_gpu.main(["decode", "--model", "tiny", "--slots", "2", "--context", "40", "--chunk", "4", "--repeats", "1",
-                   "--copy-gib", "0.01", "--out", str(dec)])
-    out = capsys.readouterr().out
-    r, d = json.loads(rl.read_text()), json.loads(dec.read_text())
-    run = r["variants"]["shared"][-1]
-    assert run["attention"] == "auto" and run["seconds"] > 0 and np.isfinite(run["losses"]).all()
+def test_every_part_end_to_end_on_the_tiny_policy(tmp_path, capsys):
+    """`all` as the GPU session runs it, on the tiny policy: decode arms with and without command buffers, an update
+    arm, and whole RL steps reusing its compiled update; one JSON, three tables. (The engine with the Pallas decode
+    kernel: test_engine; the flash kernel: test_gpu_kernels; here they would only add interpreter compiles.)"""
+    out = tmp_path / "all.json"
+    step_gpu.main(["all", "--model", "tiny", "--prompts", "2", "--group", "2", "--prompt-len", "48", "--completion",
+                   "8", "--image", "64", "--steps", "1", "--arms", "shared:full:xla", "--matmul-n", "128", "--slots",
+                   "2", "--context", "40", "--chunk", "4", "--decode-arms", "xla", "xla+graph", "--repeats", "1",
+                   "--copy-gib", "0.01", "--step-arms", "xla/shared:full:xla", "xla/best", "xla/whole:dots:xla",
+                   "--out", str(out)])
+    printed = capsys.readouterr().out
+    r = json.loads(out.read_text())
+    d, rl = r["decode"], r["rl"]
+    assert [(c["slots"], c["arm"]) for c in d["cases"]] == [(2, "xla"), (2, "xla+graph")]
+    for c in d["cases"]:
+        assert c["of_roofline"] == pytest.approx(c["roofline_s"] / c["step_s"])
+    (run,) = rl["variants"]["shared:full:xla"]
+    assert run["attention"] == "xla" and run["remat"] == "full" and np.isfinite(run["losses"]).all()
     assert run["mfu"] == pytest.approx(run["model_flops"] / run["seconds"] / 989e12)
-    case = d["cases"][0]
-    assert case["slots"] == 2 and case["of_roofline"] == pytest.approx(case["roofline_s"] / case["step_s"])
-    assert "| shared | auto |" in out and "| 2 |" in out
+    done, best, missing = rl["steps"]
+    assert done["completion_tokens"] == 2 * 2 * 8 and done["step_s"] == done["rollout_s"] + done["update_s"] > 0
+    assert done["command_buffer_error"] is None and np.isfinite(done["loss"])
+    assert best["arm"] == "xla/shared:full:xla" and np.isfinite(best["loss"])  # the only update arm
+    assert "was not measured" in missing["error"]  # its update arm was not among --arms: reported, not a crash
+    assert "| 2 | xla+graph |" in printed and "| shared:full:xla | full | xla |" in printed
+    assert "| xla/shared:full:xla |" in printed
+
+
+def test_arms_are_checked_before_anything_runs(capsys):
+    for argv in (["rl", "--arms", "whole:fulll:auto"], ["all", "--step-arms", "pallas/whole:full"],
+                 ["decode", "--decode-arms", "graph"]):
+        with pytest.raises(SystemExit):
+            step_gpu.main(argv)
+        assert "error" in capsys.readouterr().err

@@ -247,3 +247,22 @@ def test_tpu_paged_decode_compiles_sharded_for_four_tpu_chips():
                    if any(c in line for c in ("all-gather", "all-to-all", "collective-permute", "all-reduce"))]
     assert [line for line in collectives if any(s in line for s in shapes)] == []
     assert f"[{B},{W * ps},{kv},{hd}]" not in text and f"[{B // 2},{W * ps},{kv // 2},{hd}]" not in text
+
+
+def test_tokens_unchanged_with_the_gpu_decode_kernel_and_command_buffers(tiny, batch, monkeypatch):  # noqa: F811
+    """decode_kernel "pallas" (kernels/paged_attention.py, interpreted here) with command buffers (compiler options
+    the CPU compiler checks and ignores) draws the tokens of the plain engine, log-probs to float32 rounding; a
+    graph that fails to compile falls back to the plain chunk and says why."""
+    _, model = tiny
+    _, ids, mask, pv, grid = batch
+    base = _paged(model, batch, GREEDY, **SMALL)
+    _same(_paged(model, batch, GREEDY, **SMALL, decode_kernel="pallas", command_buffers=True), base)
+    broken = jax.jit(eng._chunk_impl, static_argnums=(0, 15, 16), donate_argnums=(2, 3, 4),
+                     compiler_options={"xla_gpu_enable_command_buffer": "NO_SUCH_COMMAND"})
+    monkeypatch.setattr(eng, "_chunk_graph_jit", broken)
+    engine = Engine(model, dataclasses.replace(GREEDY, command_buffers=True), max_len=_max_len(ids),
+                    pages=_one(mask) + 2, **SMALL)  # _paged's pool: the plain chunk is compiled already
+    rounds = engine.run(eng.split_rows(ids, mask, pv, grid, eng.image_counts_of(model.cfg, ids, mask, grid)))
+    assert "NO_SUCH_COMMAND" in engine.command_buffer_error
+    for r, (rnd,) in enumerate(rounds):
+        np.testing.assert_array_equal(rnd.tokens, base.tokens[r, : base.mask[r].sum()])

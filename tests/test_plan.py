@@ -87,6 +87,21 @@ def test_gpu_target_is_an_estimate_from_the_same_layout(tmp_path, capsys, cpu_re
     assert 0.9 < est["rl_update"]["argument"] / compiled["rl_update"]["argument"] < 1.1
 
 
+def test_a_gpu_estimate_chooses_the_updates_remat_to_fit(tmp_path, capsys):
+    """dots (matmul outputs kept) where the updates fit the chip, else full; the choice printed and estimated."""
+    code, report, printed = _plan(tmp_path, capsys, "gpu:h100x8", "policy.remat_policy=full")
+    remat = report["remat"]
+    assert code == 0 and remat["chosen"] == "dots" and remat["recipe"] == "full"
+    assert remat["update_peaks"]["dots"] > remat["update_peaks"]["full"]
+    assert "remat: dots chosen for the updates" in printed.out and "set policy.remat_policy=dots" in printed.out
+    dots = max(p["peak"] for p in report["programs"] if p["name"] in ("rl_update", "sft_update"))
+    assert dots == remat["update_peaks"]["dots"]  # the figures printed are the chosen policy's
+    between = (remat["update_peaks"]["dots"] + remat["update_peaks"]["full"]) / 2 / 2**30
+    _, report, printed = _plan(tmp_path, capsys, "gpu:h100x8", "--hbm", str(between))
+    assert report["remat"]["chosen"] == "full" and report["remat"]["recipe"] == "none"
+    assert max(p["peak"] for p in report["programs"] if p["name"] in ("rl_update", "sft_update")) <= between * 2**30
+
+
 def test_a_gpu_estimate_plans_only_the_programs_named(tmp_path, capsys):
     code, report, _ = _plan(tmp_path, capsys, "gpu:h100x8", programs=("sft_update", "rollout_decode"))
     assert code == 0 and {p["name"] for p in report["programs"]} == {"sft_update", "rollout_decode"}

@@ -6,6 +6,9 @@
             segments as segment ids, run per shard under shard_map (Mosaic kernels cannot be partitioned
             automatically); off TPU it runs in the Pallas interpreter (tests).
     cudnn   cuDNN flash attention through jax.nn.dot_product_attention(implementation="cudnn") (CUDA, bf16/fp16).
+    pallas  this project's flash kernel (kernels/flash_attention.py, Pallas with Triton lowering): segment ids and a
+            causal mask offset by `causal_offset` (the shared-prefix update's completions, which cuDNN cannot
+            express); run per shard under shard_map; off GPU in the Pallas interpreter (tests).
     auto    splash on TPU, cudnn on GPU for 16-bit inputs, xla otherwise.
 
 Which keys a query sees is an `AttentionMask`: segment ids (0 = padding; a query sees the keys of its own non-zero
@@ -22,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-IMPLS = ("auto", "xla", "splash", "cudnn")
+IMPLS = ("auto", "xla", "splash", "cudnn", "pallas")
 
 # Finite "minus infinity": a query with no visible key (padding) gets uniform weights instead of NaN.
 MASK_VALUE = -1e30
@@ -109,8 +112,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, *, 
               chunk: int = 0, interpret: bool | None = None) -> jax.Array:
     """softmax(q k^T * scale, masked) v for q [B, T, H, D], k/v [B, S, Hkv, D] (query head h reads kv head
     h // (H / Hkv)); returns [B, T, H, D] in q's dtype. `impl` is one of IMPLS (an explicit dense mask always takes
-    the XLA path); `chunk` is the XLA path's query block (0 = all at once); `interpret` runs splash in the Pallas
-    interpreter (default: unless on TPU)."""
+    the XLA path); `chunk` is the XLA path's query block (0 = all at once); `interpret` runs splash or pallas in
+    the Pallas interpreter (default: unless on their platform, TPU or GPU)."""
     _check(q, k, v, mask)
     if not np.isfinite(scale) or scale <= 0:
         raise ValueError(f"attention scale must be a positive finite number, got {scale}")
@@ -126,6 +129,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: AttentionMask, *, 
         return splash(q, k, v, mask, scale=scale, interpret=interpret)
     if name == "cudnn":
         return cudnn(q, k, v, mask, scale=scale)
+    if name == "pallas":
+        return pallas(q, k, v, mask, scale=scale, interpret=interpret)
     return xla(q, k, v, mask, scale=scale, chunk=chunk)
 
 
@@ -259,6 +264,34 @@ def splash(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None
                               check_vma=False)
     out = local(qh, kh, vh, q_seg, kv_seg)
     return out[:, :, :T].swapaxes(1, 2).astype(q.dtype)
+
+
+# ------------------------------------------------------------------ Pallas flash (GPU)
+
+def pallas(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None = None) -> jax.Array:
+    """The Pallas flash kernel for a structured mask, under a mesh of more than one device per shard in shard_map
+    (batch over the data axes, heads over `tensor`), as splash runs."""
+    from spatial_jax.kernels.flash_attention import flash_attention
+
+    B, H, Hkv = q.shape[0], q.shape[2], k.shape[2]
+    if interpret is None:
+        interpret = active_platform() not in ("gpu", "cuda")
+    q_seg = mask.segment_ids.astype(jnp.int32)
+    kv_seg = q_seg if mask.kv_segment_ids is None else mask.kv_segment_ids.astype(jnp.int32)
+
+    def local(q, k, v, q_seg, kv_seg):
+        return flash_attention(q, k, v, q_seg, kv_seg, scale=scale, causal=mask.causal,
+                               causal_offset=mask.causal_offset, interpret=bool(interpret))
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is not None and not mesh.empty and mesh.size > 1:
+        P = jax.sharding.PartitionSpec
+        batch_axes, head_axis = mesh_specs(mesh, B, H, Hkv)
+        heads, rows = P(batch_axes, None, head_axis, None), P(batch_axes, None)
+        # check_vma=False: pallas_call results carry no varying-axes type, so the checker cannot follow them
+        local = jax.shard_map(local, mesh=mesh, in_specs=(heads, heads, heads, rows, rows), out_specs=heads,
+                              check_vma=False)
+    return local(q, k, v, q_seg, kv_seg).astype(q.dtype)
 
 
 # ------------------------------------------------------------------ cuDNN (GPU)

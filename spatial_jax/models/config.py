@@ -18,8 +18,8 @@ DType = Literal["float32", "bfloat16", "float16"]
 RematPolicy = Literal["none", "full", "dots", "dots_no_batch"]
 REMAT_POLICY_NAMES = ("none", "full", "dots", "dots_no_batch")
 # Attention kernels (spatial_jax.models.attention): "auto" = splash on TPU, cuDNN on GPU (16-bit), XLA otherwise.
-AttentionImpl = Literal["auto", "xla", "splash", "cudnn"]
-ATTENTION_IMPLS = ("auto", "xla", "splash", "cudnn")
+AttentionImpl = Literal["auto", "xla", "splash", "cudnn", "pallas"]
+ATTENTION_IMPLS = ("auto", "xla", "splash", "cudnn", "pallas")
 # Patches per frame slot of the vision tower: a frame is padded to the smallest bucket that holds it, so a new image
 # size reuses a compiled shape (beyond the last bucket: the next multiple of it).
 VISION_BUCKETS = (64, 256, 1024, 4096, 16384)

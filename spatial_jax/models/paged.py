@@ -2,8 +2,10 @@
 its own pages through a page table, so a row holds only the pages its tokens need.
 
 Pools are laid out [n_kv, pages, page_size, head_dim], the layout of jax's TPU paged-attention Pallas kernel: a
-one-token decode step on TPU (attention "auto" or "splash") runs that kernel over the rows' pages; everything else
-(prefill, other backends) scatters into the pools and gathers the rows' pages for the XLA attention path.
+one-token decode step on TPU (attention "auto" or "splash") runs that kernel over the rows' pages; with the cache's
+`kernel` "pallas" a one-token step runs this project's GPU kernel (kernels/paged_attention.py: pages read in place
+through the page table; the Pallas interpreter off GPU); everything else (prefill, other backends) scatters into the
+pools and gathers the rows' pages for the XLA attention path.
 
 Row b's logical position p (0, 1, ... in the order its tokens arrived; no padding inside a row) is slot
 p % page_size of page page_table[b, p // page_size]. Page 0 is scratch: padding tokens are written there and
@@ -18,22 +20,28 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spatial_jax.kernels.paged_attention import paged_decode_attention
 from spatial_jax.models.attention import AttentionMask, active_platform, mesh_specs, resolve_impl
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.sharding import constrain
 
 SCRATCH_PAGE = 0
+# Decode kernels a cache may ask for: "auto" (the TPU's where attention resolves to splash, else the XLA path) or
+# "pallas" (kernels/paged_attention.py)
+DECODE_KERNELS = ("auto", "pallas")
 
 
 @flax.struct.dataclass
 class PagedKVCache:
     """Per-layer pools keys/values [n_kv, pages, page_size, head_dim]; page_table [B, W] int32 (the W pages a row
-    may use in this call, scratch where unused); lengths [B] int32 (tokens already cached per row)."""
+    may use in this call, scratch where unused); lengths [B] int32 (tokens already cached per row); kernel: which
+    of DECODE_KERNELS a one-token step attends with."""
 
     keys: tuple[jax.Array, ...]
     values: tuple[jax.Array, ...]
     page_table: jax.Array
     lengths: jax.Array
+    kernel: str = flax.struct.field(pytree_node=False, default="auto")
 
     @property
     def page_size(self) -> int:
@@ -56,12 +64,13 @@ class PagedKVCache:
 class PagedIndex:
     """Where this call's tokens go and what the rows read, as flat indices into a pool viewed as
     [n_kv, pages * page_size, head_dim]: write [B, T] (padding -> scratch) and read [B, W * page_size]; and for the
-    decode kernel the page table [B, W] and the rows' lengths after this call [B]."""
+    decode kernel the page table [B, W], the rows' lengths after this call [B] and the cache's kernel."""
 
     write: jax.Array
     read: jax.Array
     page_table: jax.Array
     lengths: jax.Array
+    kernel: str = flax.struct.field(pytree_node=False, default="auto")
 
 
 def paged_inputs(cache: PagedKVCache, attention_mask: jax.Array) -> tuple[AttentionMask, PagedIndex, jax.Array]:
@@ -78,7 +87,9 @@ def paged_inputs(cache: PagedKVCache, attention_mask: jax.Array) -> tuple[Attent
     # a padding query sees the keys up to its would-be position: never none (no NaN), never read by the model
     visible = jnp.arange(W * ps)[None, None, :] <= pos[:, :, None]
     lengths = cache.lengths + n
-    index = PagedIndex(write=write, read=read, page_table=cache.page_table, lengths=lengths)
+    if cache.kernel not in DECODE_KERNELS:
+        raise ValueError(f"paged decode kernel must be one of {DECODE_KERNELS}, got {cache.kernel!r}")
+    index = PagedIndex(write=write, read=read, page_table=cache.page_table, lengths=lengths, kernel=cache.kernel)
     return AttentionMask(dense=visible), index, lengths
 
 
@@ -103,11 +114,13 @@ def read(pool: jax.Array, index: PagedIndex) -> jax.Array:
     return jnp.moveaxis(got.reshape(kv, B, S, hd), 0, 2)
 
 
-def uses_kernel(impl: str, dtype, T: int, head_dim: int = 128) -> bool:
-    """Whether a call of T tokens per row decodes with the TPU paged-attention kernel: one token and attention
-    resolving to the TPU kernels (splash: on TPU, or asked for by name, then in the Pallas TPU interpreter). On a
-    TPU the kernel's blocks span whole heads, which Mosaic tiles only at a multiple of 128 lanes: a smaller head
-    (a tiny test policy's) decodes on the XLA path there."""
+def uses_kernel(impl: str, dtype, T: int, head_dim: int = 128, kernel: str = "auto") -> bool:
+    """Whether a call of T tokens per row decodes with a paged-attention kernel: one token, and the cache's kernel
+    "pallas" (the GPU kernel) or attention resolving to the TPU kernels (splash: on TPU, or asked for by name, then
+    in the Pallas TPU interpreter). On a TPU the kernel's blocks span whole heads, which Mosaic tiles only at a
+    multiple of 128 lanes: a smaller head (a tiny test policy's) decodes on the XLA path there."""
+    if T == 1 and kernel == "pallas":
+        return True
     if T != 1 or resolve_impl(impl, dtype) != "splash":
         return False
     return head_dim % 128 == 0 or active_platform() != "tpu"
@@ -115,9 +128,10 @@ def uses_kernel(impl: str, dtype, T: int, head_dim: int = 128) -> bool:
 
 def decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, index: PagedIndex, scale: float
                      ) -> jax.Array:
-    """One query per row [B, 1, H, hd] over its pages with jax's TPU paged-attention kernel: [B, 1, H, hd]. Each
-    row sees its first `index.lengths` positions (this call's token included); off TPU it runs interpreted. Its
-    matmuls take the TPU's default precision (bfloat16 passes for float32 pools), as the splash kernels do.
+    """One query per row [B, 1, H, hd] over its pages with jax's TPU paged-attention kernel, or with the index's
+    kernel "pallas" this project's GPU kernel: [B, 1, H, hd]. Each row sees its first `index.lengths` positions
+    (this call's token included); off their platform both run interpreted. The TPU kernel's matmuls take the TPU's
+    default precision (bfloat16 passes for float32 pools), as the splash kernels do.
 
     Under a mesh of several devices the kernel runs per shard in shard_map (a Mosaic kernel cannot be partitioned
     automatically): rows over the mesh's batch axes where they divide, heads over `tensor` where it divides both
@@ -129,13 +143,19 @@ def decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, index: 
     W = index.page_table.shape[1]
     block = next(b for b in (8, 4, 2, 1) if W % b == 0)
     lengths = jnp.maximum(index.lengths, 1).astype(jnp.int32)  # a row with no keys (an idle slot) reads scratch
-    qs = (q[:, 0].astype(jnp.float32) * scale).astype(pool_k.dtype)
+    if index.kernel == "pallas":
+        qs = q[:, 0].astype(pool_k.dtype)
+    else:  # the TPU kernel takes its queries scaled
+        qs = (q[:, 0].astype(jnp.float32) * scale).astype(pool_k.dtype)
     table = index.page_table.astype(jnp.int32)
     mesh = jax.sharding.get_abstract_mesh()
     sharded = mesh is not None and not mesh.empty and mesh.size > 1
     platform = jax.default_backend() if mesh is None or mesh.empty else mesh.abstract_device.platform
 
     def run(qs, pool_k, pool_v, lengths, table):
+        if index.kernel == "pallas":
+            return paged_decode_attention(qs, pool_k, pool_v, table, lengths, scale=scale,
+                                          interpret=platform not in ("gpu", "cuda"))
         if platform == "tpu":
             return paged_attention(qs, pool_k, pool_v, lengths, table, pages_per_compute_block=block)
         with pltpu.force_tpu_interpret_mode():

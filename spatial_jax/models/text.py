@@ -99,7 +99,7 @@ class TextAttention(nnx.Module):
         new_kv = None
         if isinstance(cache_index, PagedIndex):  # pools of pages: scatter this call's k/v, then attend over the pages
             new_kv = paged.write(*cache_kv, k, v, cache_index)
-            if paged.uses_kernel(self.impl, q.dtype, T, self.head_dim):
+            if paged.uses_kernel(self.impl, q.dtype, T, self.head_dim, cache_index.kernel):
                 out = paged.decode_attention(q, *new_kv, cache_index, self.head_dim**-0.5)
                 return self.o_proj(out.reshape(B, T, -1)), new_kv
             k, v = paged.read(new_kv[0], cache_index), paged.read(new_kv[1], cache_index)

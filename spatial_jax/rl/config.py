@@ -44,7 +44,8 @@ class PolicyConfig:
       in depth; its training state is laid out differently, so a run cannot switch it on resume).
     attention_chunk: queries per attention block, which bounds the score matrix held in memory.
     attention_impl: the attention kernel ("auto": splash on TPU, cuDNN flash on GPU for 16-bit compute, XLA
-      otherwise; "xla", "splash", "cudnn" force one; models/attention.py); results equal up to float rounding.
+      otherwise; "xla", "splash", "cudnn" force one; "pallas": the Pallas flash kernel, whose causal mask can be
+      offset for rl.shared_prefix on a GPU; models/attention.py); results equal up to float rounding.
     min_pixels / max_pixels: the image processor's pixel budget (0 = Qwen3-VL's defaults; the tiny default keeps the
       synthetic 96 px scenes at 84 px, 9 image tokens).
     tiny_layers: decoder layers of the tiny random policy (no checkpoint); a deeper one can compose more look-ups.
@@ -61,7 +62,7 @@ class PolicyConfig:
     remat_policy: Literal["none", "full", "dots", "dots_no_batch"] = "none"
     scan_layers: bool = False
     attention_chunk: int = 1024
-    attention_impl: Literal["auto", "xla", "splash", "cudnn"] = "auto"
+    attention_impl: Literal["auto", "xla", "splash", "cudnn", "pallas"] = "auto"
     min_pixels: int = 3136
     max_pixels: int = 12544
     tokenizer_vocab_size: int = 768
@@ -122,8 +123,8 @@ class RLConfig:
     max_tool_turns > 0 (AlloSpatial) runs multi-turn rollouts: tool output joins the context but carries no loss.
     shared_prefix: the update (and the KL reference) runs each prompt through the decoder once for its G rollouts,
     whose completions attend to its keys; the same loss to float rounding, fewer tokens through every layer. It
-    applies to micro-batches of whole groups without tool pictures, and takes xla or splash attention (cudnn
-    falls back to xla for those calls).
+    applies to micro-batches of whole groups without tool pictures, and takes xla, splash or pallas attention
+    (cudnn falls back to xla for those calls).
     overlong_penalty: DAPO's soft overlong punishment added to every rollout's reward (rewards/overlong.py, DAPO
     eq. 13; off unless cache > 0). dynamic_sampling: DAPO's dynamic sampling (rl/dynamic_sampling.py, DAPO Sec. 3.2):
     groups whose rewards are all equal are dropped and more prompts sampled, up to max_rounds extra rounds.

@@ -12,7 +12,9 @@ program's per-chip memory comes from the compiler's own buffer assignment (`memo
 
 Targets: a TPU topology ("v5p:2x4x4", "v6e:4x4"; libtpu compiles for it from a CPU host), `cpu:N` (N host devices),
 or `gpu:<chip>x<count>` ("gpu:h100x8"). jaxlib builds without a CUDA plugin cannot compile for a GPU target without
-a GPU, so a GPU target gets an analytic estimate instead, labelled as such (`estimate_gpu`).
+a GPU, so a GPU target gets an analytic estimate instead, labelled as such (`estimate_gpu`), with the updates' remat
+policy chosen to fit (`choose_remat`: the matmul outputs saved where the chip's memory allows, else whole layers
+recomputed) and printed.
 """
 
 from __future__ import annotations
@@ -571,6 +573,7 @@ class Report:
     programs: list[Program]
     estimate: bool = False
     rollout_devices: int = 0  # decode.devices: chips of a rollout mesh of their own (0: the training mesh's)
+    remat: tuple[str, str, dict[str, int]] | None = None  # GPU: (chosen policy, the recipe's, updates' peak per choice)
 
     def over(self) -> list[tuple[Program, int]]:
         """(program, bytes over the chip's HBM) for each program that does not fit."""
@@ -582,6 +585,8 @@ class Report:
         return {"config": self.config, "target": t.name, "platform": t.platform, "chip": t.chip, "chips": t.count,
                 "hbm_bytes_per_chip": t.hbm_bytes, "mesh": dict(zip(("data", "fsdp", "tensor"), self.mesh)),
                 "rollout_devices": self.rollout_devices,
+                **({} if self.remat is None else {"remat": {"chosen": self.remat[0], "recipe": self.remat[1],
+                                                            "update_peaks": self.remat[2]}}),
                 "estimate": self.estimate, "fits": not self.over(), "programs": [p.row() for p in self.programs]}
 
     def table(self) -> str:
@@ -602,6 +607,12 @@ class Report:
             seconds = "-" if self.estimate else f"{p.compile_s:.1f}"
             kernels = "-" if self.estimate else f"{p.mosaic_kernels}/{p.lm_head_kernels}"
             lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8} {kernels:>6}  {p.what}")
+        if self.remat is not None:
+            chosen, recipe, peaks = self.remat
+            each = ", ".join(f"{name} {fmt_bytes(peak)}" for name, peak in peaks.items())
+            lines.append(f"remat: {chosen} chosen for the updates (their estimated peak: {each}; the first that fits "
+                         f"is chosen, in that order); the recipe sets {recipe}"
+                         + ("" if chosen == recipe else f": set policy.remat_policy={chosen}"))
         lines.append("peak = argument + output - aliased + temp (the compiler's buffer assignment) + resident (trainer "
                      "state held meanwhile: Adam state and KL reference copy while sampling); Mosaic = Pallas kernel "
                      "calls / of which the LM head's")
@@ -660,8 +671,10 @@ def plan(cfg: TrainConfig, topology: str, *, config_name: str = "", only: tuple[
     own = cfg.decode.devices
     training, rollout = rollout_mesh_devices(cfg, target) if own else (target.devices[: cfg.mesh.size], None)
     if target.platform == "gpu":
-        estimates = [p for p in estimate_gpu(cfg, target) if not only or p.name in only]
-        return Report(config_name, target, mesh_shape, estimates, estimate=True, rollout_devices=own)
+        chosen, peaks = choose_remat(cfg, target)
+        estimates = [p for p in estimate_gpu(cfg, target, remat=chosen) if not only or p.name in only]
+        return Report(config_name, target, mesh_shape, estimates, estimate=True, rollout_devices=own,
+                      remat=(chosen, model_config(cfg).decoder_remat, peaks))
     mesh = make_mesh(*mesh_shape, devices=training)
     return Report(config_name, target, mesh_shape, programs(cfg, mesh, only, rollout or host_slice(target, mesh)),
                   rollout_devices=own)
@@ -725,10 +738,26 @@ def _vision_bytes(mc: ModelConfig, images: float, grid, trains: bool) -> float:
     return block + (images * p * v.hidden_size * b * v.depth if trains else 0)
 
 
-def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
+# The updates' remat policies `choose_remat` tries, fastest first: "dots" keeps every matmul's output for the backward
+# pass (only the elementwise ops are recomputed), "full" keeps a layer's input alone (the whole layer recomputed)
+REMAT_CHOICES = ("dots", "full")
+UPDATES = ("rl_update", "sft_update")
+
+
+def choose_remat(cfg: TrainConfig, target: Target) -> tuple[str, dict[str, int]]:
+    """The first of REMAT_CHOICES under which every update's estimated peak fits the target's memory ("full" when
+    none does), and each choice's largest update peak."""
+    peaks = {}
+    for policy in REMAT_CHOICES:
+        peaks[policy] = max((p.peak for p in estimate_gpu(cfg, target, remat=policy) if p.name in UPDATES),
+                            default=0)
+    return next((p for p in REMAT_CHOICES if peaks[p] <= target.hbm_bytes), REMAT_CHOICES[-1]), peaks
+
+
+def estimate_gpu(cfg: TrainConfig, target: Target, remat: str | None = None) -> list[Program]:
     """Per-GPU memory of each program from the layout (exact argument bytes of the sharded state on the recipe's
-    mesh) and an activation model (remat policy, micro-batch, sequence lengths, KV cache). Labelled an estimate:
-    jax cannot compile for a CUDA target on a machine without one."""
+    mesh) and an activation model (remat policy: `remat`, else the recipe's; micro-batch, sequence lengths, KV
+    cache). Labelled an estimate: jax cannot compile for a CUDA target on a machine without one."""
     mc = model_config(cfg)
     mesh = jax.sharding.AbstractMesh((cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor), ("data", "fsdp", "tensor"))
     model = nnx.eval_shape(lambda: Qwen3VL(mc, rngs=nnx.Rngs(0)))
@@ -740,7 +769,7 @@ def estimate_gpu(cfg: TrainConfig, target: Target) -> list[Program]:
     grid = image_grid(cfg, mc)
     shards, tensor = cfg.mesh.batch_shards, cfg.mesh.tensor
     b = jnp.dtype(mc.dtype).itemsize
-    policy = mc.decoder_remat
+    policy = remat or mc.decoder_remat
     out = []
 
     lora = cfg.policy.lora

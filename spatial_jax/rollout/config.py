@@ -22,6 +22,11 @@ class SamplingConfig:
     call's rows, continuous batching over a pool of `pages` KV pages of `page_size` tokens, 0 = enough for every
     slot's longest request, `chunk` decode steps per jitted call) or "static" (rollout/sampler.py: the whole batch in
     one fixed-shape loop). Both draw the same tokens for the same seed and row ids.
+
+    Speed knobs of the paged engine (same tokens to float rounding): `decode_kernel` "pallas" attends a decode step
+    with the GPU paged-attention kernel (kernels/paged_attention.py, pages read in place; the Pallas interpreter off
+    GPU), "auto" as the model's attention decides (the TPU kernel or the XLA path); `command_buffers` compiles the
+    decode chunk with XLA's command buffers over its whole loop (CUDA graphs; no effect off GPU).
     """
 
     temperature: float = 1.0
@@ -37,9 +42,12 @@ class SamplingConfig:
     page_size: int = 16
     pages: int = 0
     chunk: int = 16
+    decode_kernel: Literal["auto", "pallas"] = "auto"
+    command_buffers: bool = False
 
     def __post_init__(self):
         require("engine", self.engine, self.engine in ("paged", "static"), 'be "paged" or "static"')
+        require("decode_kernel", self.decode_kernel, self.decode_kernel in ("auto", "pallas"), 'be "auto" or "pallas"')
         check_non_negative(self, "temperature", "top_k", "slots", "pages")  # temperature 0 = greedy, top_k 0 = off
         check_at_least(self, page_size=1, chunk=1)
         require("pages", self.pages, self.pages != 1, "be 0 (automatic) or at least 2 (page 0 is scratch)")

@@ -136,7 +136,8 @@ def _chunk_impl(graphdef, params, keys, values, logits, page_table, lengths, rop
         toks, lps, ents = toks.at[:, step].set(tok), lps.at[:, step].set(lp), ents.at[:, step].set(ent)
         m = m.at[:, step].set(live)
         hit = live & jnp.any(tok[:, None] == stop_ids[None, :], axis=1)
-        cache = PagedKVCache(keys=keys, values=values, page_table=page_table, lengths=lengths)
+        cache = PagedKVCache(keys=keys, values=values, page_table=page_table, lengths=lengths,
+                             kernel=cfg.decode_kernel)
         new_logits, cache = model(tok[:, None], positions=decode_positions(lengths, rope_deltas),
                                   attention_mask=live[:, None].astype(jnp.int32), cache=cache)
         step_live = live.astype(jnp.int32)
@@ -151,6 +152,19 @@ def _chunk_impl(graphdef, params, keys, values, logits, page_table, lengths, rop
 
 
 _chunk_jit = jax.jit(_chunk_impl, static_argnums=(0, 15, 16), donate_argnums=(2, 3, 4))
+
+# XLA's command buffers (CUDA graphs) for the decode chunk, per function so the trainer's programs are untouched:
+# besides the default kinds of command, the while loop and its conditionals, so a whole chunk of decode steps (36
+# layers of small kernels each) replays as one graph instead of thousands of launches. The CPU compiler checks the
+# names and ignores them.
+COMMAND_BUFFERS = {"xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"}
+_chunk_graph_jit = jax.jit(_chunk_impl, static_argnums=(0, 15, 16), donate_argnums=(2, 3, 4),
+                           compiler_options=COMMAND_BUFFERS)
+
+
+def chunk_function(cfg: SamplingConfig):
+    """The jitted decode chunk a sampling config asks for (with command buffers or without)."""
+    return _chunk_graph_jit if cfg.command_buffers else _chunk_jit
 
 
 class Engine:
@@ -176,6 +190,7 @@ class Engine:
         self.peak_pages = 0  # the most pages (scratch excluded) in use at once in the last run
         self.free_pages: list[int] = []  # the pool's free pages when the last run ended
         self.stats = {"chunks": 0, "paused": 0, "restarts": 0}  # of the last run: slots sitting a chunk out, ...
+        self.command_buffer_error: str | None = None  # why cfg.command_buffers fell back to the plain chunk
 
     @classmethod
     def from_sampling(cls, model, cfg: SamplingConfig, rows: int, max_len: int) -> Engine:
@@ -210,7 +225,8 @@ class Engine:
         stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
         suppressed = jnp.asarray((model.cfg.image_token_id, model.cfg.video_token_id, *cfg.suppress_token_ids),
                                  jnp.int32)
-        static_cfg = dataclasses.replace(cfg, seed=0, stop_token_ids=(), suppress_token_ids=())
+        static_cfg = dataclasses.replace(cfg, seed=0, stop_token_ids=(), suppress_token_ids=(),
+                                         command_buffers=False)  # which jit runs it: _decode_chunk
         base_key = jax.random.PRNGKey(cfg.seed)
         self.peak_pages = 0
         self.stats = {"chunks": 0, "paused": 0, "restarts": 0}
@@ -261,9 +277,9 @@ class Engine:
                 continue
             self.stats["chunks"] += 1
             self.stats["paused"] += sum(s.live for s in slots) - len(ok)
-            state, out = _chunk_jit(graphdef, params, keys, values, logits,
-                                    *map(_on_device, self._chunk_inputs(slots, runnable)), base_key, stop_ids,
-                                    suppressed, static_cfg, self.chunk)
+            state, out = self._decode_chunk(graphdef, params, keys, values, logits,
+                                             *map(_on_device, self._chunk_inputs(slots, runnable)), base_key,
+                                             stop_ids, suppressed, static_cfg, self.chunk)
             keys, values, logits = state[0], state[1], state[2]
             lengths, live, drawn, budget, stopped = (np.asarray(x) for x in state[3:])
             toks, lps, ents, m = (np.asarray(x) for x in out)
@@ -288,6 +304,19 @@ class Engine:
                     slots[j] = _Slot()
         self.free_pages = sorted(free)  # every page but the scratch one, once each: a page not handed back leaks
         return rounds
+
+    def _decode_chunk(self, *args):
+        """One decode chunk, with command buffers when the config asks for them and they compile: a failure before
+        the chunk ran (its donated KV pools still alive: compiling or capturing the graph) falls back to the plain
+        chunk for the rest of this engine's life, the reason kept in `command_buffer_error`."""
+        if self.cfg.command_buffers and self.command_buffer_error is None:
+            try:
+                return _chunk_graph_jit(*args)
+            except Exception as e:
+                if any(x.is_deleted() for x in jax.tree.leaves(args[2:5])):
+                    raise  # the chunk ran: not a capture failure, and its inputs are gone
+                self.command_buffer_error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        return _chunk_jit(*args)
 
     def _check_fits(self, i: int, tokens: int) -> None:
         """A request's context of `tokens` must leave room for a whole round (so a decode never outgrows it)."""
