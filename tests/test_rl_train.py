@@ -283,6 +283,9 @@ def test_each_method_runs_tiny_steps(method, extra, dense, tmp_path):
     # every step had something to learn: a constant reward leaves gradients of rounding noise (~1e-7), which Adam
     # would still turn into steps of size lr
     assert all(r["adv_abs_max"] > 0 and r["loss/grad_norm"] > 1e-3 for r in rows)
+    # the figures every RL run logs per step (tests/test_rl_metrics.py checks their values)
+    assert all(0 < r["groups_with_spread"] <= 1 and 0 <= r["well_formed"] <= 1 and r["entropy_mean"] > 0
+               and r["call1/clip_frac"] >= 0 for r in rows)
     if method == "dense_prosr":
         assert all(r["reward/has_blank"] == 1.0 for r in rows)
     assert "reward/dense" in rows[0] and len([k for k in rows[0] if k.startswith("reward/")]) > 2  # and its own

@@ -154,7 +154,8 @@ class RLConfig:
         require("rollout_lag", self.rollout_lag, self.rollout_mode == "one_step_off" or self.rollout_lag == 1,
                 f"keep its default with rollout_mode={self.rollout_mode!r}: it sets one_step_off's staleness")
         rollouts = self.prompts_per_step * self.group_size
-        calls = self.steps * self.updates_per_batch * max(1, rollouts // (self.micro_batch or self.mini_batch or rollouts))
+        micro = self.micro_batch or self.mini_batch or rollouts
+        calls = self.steps * self.updates_per_batch * max(1, rollouts // micro)
         require("steps", self.steps, calls <= MAX_STEPS,
                 f"make at most {MAX_STEPS} optimiser calls (steps x updates_per_batch x micro-batches = {calls}; "
                 "optax counts them in int32)")

@@ -213,7 +213,8 @@ def policy_loss(
 
     Returns:
       (loss, metrics). metrics (all scalars, stop-gradient) are: loss, pg_loss, ratio_mean, ratio_max, the ratio's
-      spread ratio_dev_max (max |ratio - 1|) and ratio_std (its standard deviation over tokens), clip_frac (= clip_frac_low + clip_frac_high: share of tokens whose clipped term is active, i.e. ratio
+      spread ratio_dev_max (max |ratio - 1|) and ratio_std (its standard deviation over tokens), clip_frac
+      (= clip_frac_low + clip_frac_high: share of tokens whose clipped term is active, i.e. ratio
       < 1 - clip_low with A < 0, or ratio > 1 + clip_high with A > 0), approx_kl_old (k3 estimate of
       KL(pi_old || pi_theta)), num_tokens, num_seqs (rows with at least one token); plus dual_clip_frac when
       cfg.dual_clip is set, kl_ref when ref_logp is given and entropy when entropy is given. Fractions and

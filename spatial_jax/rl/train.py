@@ -37,8 +37,15 @@ from spatial_jax.rl.dynamic_sampling import fill
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule
-from spatial_jax.rl.workspace import (Workspace, check_resumable, data_digest, rl_batches, stage_data,
-                                      trained_settings, updates_per_step)
+from spatial_jax.rl.workspace import (
+    Workspace,
+    check_resumable,
+    data_digest,
+    rl_batches,
+    stage_data,
+    trained_settings,
+    updates_per_step,
+)
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions, take_rows
 from spatial_jax.rollout.decode_copy import DecodeCopy, decode_mesh
