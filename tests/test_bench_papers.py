@@ -30,6 +30,7 @@ def test_job_is_the_main_job_in_prosr_format_with_a_prior_and_no_annotator_bias(
     assert (cfg.method, cfg.policy.checkpoint, world.width, world.grid) == ("prosr", "checkpoints/tiny_base", 64, 2)
     assert world.prior_colors and world.prior_answer == "left" and 0.5 < world.prior_rate < 1
     assert world.mirror_colors == () and world.question_types == ("relative_position",)
+    assert 0 < world.hard_rate < 1  # the prior can pay only where the image is hard to read (Table 2)
     assert (cfg.rl.group_size, cfg.rl.prompts_per_step, cfg.sft.batch_size) == (
         main.rl.group_size, main.rl.prompts_per_step, main.sft.batch_size)
     paper_prosr.check(cfg)
