@@ -139,8 +139,7 @@ class RLConfig:
     def __post_init__(self):
         check_range(self, "steps", 0, MAX_STEPS)
         check_at_least(self, prompts_per_step=1, group_size=1, updates_per_batch=1, mini_batch=0, micro_batch=0,
-                       max_tool_turns=0,
-                       max_tool_tokens=64, checkpoint_every=1)
+                       max_tool_turns=0, max_tool_tokens=64, checkpoint_every=1)
         require("optim.grad_accum_steps", self.optim.grad_accum_steps, self.optim.grad_accum_steps == 1,
                 "be 1 (it is set from rl.micro_batch)")
         require("sampling.temperature", self.sampling.temperature, self.steps == 0 or self.sampling.temperature > 0,

@@ -391,7 +391,8 @@ class Trainer(Workspace):
             stopped = np.any((comps.tokens == self.tok.im_end_id) & (mask > 0), axis=1)
             mask = mask * stopped[:, None].astype(mask.dtype)
         context = getattr(comps, "context_mask", comps.mask)  # tool output is attended to, never trained on
-        mini, micro = rl_batches(rc)
+        mini = rl_batches(rc)[0]
+        micro = mini // n_micro
         items, patches = comps.item_starts()
         # each prompt's images are encoded once per micro-batch; tool pictures make a group's rows' images differ
         share = not np.any(getattr(comps, "num_tool_pictures", 0))
