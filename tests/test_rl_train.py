@@ -181,6 +181,7 @@ def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
     assert max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), *params))) <= 2e-6
 
 
+@pytest.mark.slow
 def test_updates_after_a_steps_first_are_off_policy(tmp_path):
     """rl.mini_batch makes one optimiser update per mini-batch, so the step's second call sees weights the first
     changed: its ratio to pi_old spreads (logged per call). Accumulating the same two micro-batches into one update
