@@ -35,7 +35,9 @@ STARTS = paper_tables.ONE_START
 ARMS = {VANILLA: ("vanilla", ["rewards.prosr.lambda_cf=0.0", "rewards.prosr.lambda_drift=0.0"], paper_tables.START),
         PROSR: ("prosr", [], paper_tables.START)}
 WRONG, PRIOR = "accuracy where the prior is wrong", "prior's answer to prior-colour questions"
-COLUMNS = ("accuracy", WRONG, PRIOR, "A_blank", "SAR", "NTS", "LRR@0.1")
+# the same on the questions whose image is hard to read (data.synthetic.hard_rate), where the prior can pay
+HARD_PRIOR = "prior's answer to prior-colour questions, hard images"
+COLUMNS = ("accuracy", WRONG, PRIOR, HARD_PRIOR, "A_blank", "SAR", "NTS", "LRR@0.1")
 TRUE = "prior's answer true"  # on the same questions: PRIOR for a policy that always answers right
 BEGIN, END = "<!-- papers.py prosr: begin -->", "<!-- papers.py prosr: end -->"
 # (claim, column, run whose figure should be higher, run it is compared with)
@@ -44,6 +46,7 @@ CLAIMS = (
     ("Table 2: vanilla GRPO raises SAR", "SAR", VANILLA, "SFT start"),
     ("Table 2: vanilla GRPO raises NTS", "NTS", VANILLA, "SFT start"),
     ("Table 2: vanilla GRPO gives the prior's answer more often", PRIOR, VANILLA, "SFT start"),
+    ("Table 2: ... where the image is hard to read", HARD_PRIOR, VANILLA, "SFT start"),
     ("Table 4: ProSR's A_blank below vanilla's", "A_blank", VANILLA, PROSR),
     ("Table 4: ProSR's SAR below vanilla's", "SAR", VANILLA, PROSR),
     ("Table 4: ProSR's NTS below vanilla's", "NTS", VANILLA, PROSR),
@@ -61,11 +64,11 @@ def check(cfg: TrainConfig) -> None:
         raise C.ConfigError("--paper prosr needs a world with a language prior (data.synthetic.prior_colors)")
 
 
-def prior_questions(cfg: TrainConfig) -> dict[str, tuple[bool, str]]:
-    """Held-out question id -> (the prior gets it wrong, the letter of the prior's answer), for each question naming
-    a prior colour."""
+def prior_questions(cfg: TrainConfig) -> dict[str, tuple[bool, str, bool]]:
+    """Held-out question id -> (the prior gets it wrong, the letter of the prior's answer, its image is hard to
+    read), for each question naming a prior colour."""
     world = cfg.data.synthetic
-    return {s.id: (prior_is_wrong(world, s), LETTERS[s.options.index(world.prior_answer)])
+    return {s.id: (prior_is_wrong(world, s), LETTERS[s.options.index(world.prior_answer)], s.meta.get("hard", False))
             for s in open_source(cfg.data.eval, world, check_images=False) if names_prior(world, s)}
 
 
@@ -78,10 +81,12 @@ def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: d
     answered = {r["id"]: parse_think(r["completion"]).answer for r in rows}
     process = summary.get("process") or {}
     return {"accuracy": summary["accuracy"]["mean"],
-            WRONG: mean_of([correct[i] for i, (wrong, _) in prior.items() if wrong and i in correct]),
-            PRIOR: mean_of([float(answered[i] == letter) for i, (_, letter) in prior.items() if i in answered]),
-            **{k: process.get(k) for k in COLUMNS[3:]}, "correct": correct,
-            TRUE: mean_of([float(not wrong) for i, (wrong, _) in prior.items() if i in answered])}
+            WRONG: mean_of([correct[i] for i, (wrong, _, _) in prior.items() if wrong and i in correct]),
+            PRIOR: mean_of([float(answered[i] == letter) for i, (_, letter, _) in prior.items() if i in answered]),
+            HARD_PRIOR: mean_of([float(answered[i] == letter) for i, (_, letter, hard) in prior.items()
+                                 if hard and i in answered]),
+            **{k: process.get(k) for k in COLUMNS[4:]}, "correct": correct,
+            TRUE: mean_of([float(not wrong) for i, (wrong, _, _) in prior.items() if i in answered])}
 
 
 def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:

@@ -30,8 +30,9 @@ def test_job_is_the_main_world_with_its_annotator_and_the_arms_differ_only_in_wh
     assert cfg.data.synthetic == main.data.synthetic and cfg.data.synthetic.mirror_colors == ("green",)
     assert (cfg.rl.group_size, cfg.sft.batch_size) == (main.rl.group_size, main.sft.batch_size)
     assert cfg.rl.max_tool_turns > 0 and cfg.rl.loss.kind == "gspo" and cfg.data.sft_targets == "method"
-    # two optimiser calls per batch, so that the second is off-policy and the two losses can differ
-    assert cfg.rl.prompts_per_step * cfg.rl.group_size == 2 * cfg.rl.micro_batch
+    # two optimiser updates per batch (not two accumulated calls), so that the second is off-policy and the two
+    # losses can differ
+    assert cfg.rl.prompts_per_step * cfg.rl.group_size == 2 * cfg.rl.mini_batch and cfg.rl.micro_batch == 0
     allo.check(cfg)
     harness = C.load(TrainConfig, JOB, allo.STARTS[allo.HARNESS_START][1])
     qa = C.load(TrainConfig, JOB, allo.STARTS[allo.QA_START][1])

@@ -32,7 +32,8 @@ def test_job_is_the_main_world_with_its_annotator_in_scene_graph_format_and_the_
     world = cfg.data.synthetic
     assert (cfg.method, cfg.policy.checkpoint, world.width, world.grid) == ("spatialthinker", "checkpoints/tiny_base",
                                                                             64, 2)
-    assert world == main.data.synthetic  # the main world, its biased annotator included
+    # the main world, its biased annotator included, with objects the question does not name
+    assert dataclasses.replace(world, distractors=0) == main.data.synthetic and world.distractors == 2
     assert (cfg.rl.group_size, cfg.rl.prompts_per_step, cfg.sft.batch_size) == (
         main.rl.group_size, main.rl.prompts_per_step, main.sft.batch_size)
     assert cfg.rewards.spatialthinker == spatialthinker.SpatialThinkerConfig()

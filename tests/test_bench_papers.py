@@ -30,6 +30,7 @@ def test_job_is_the_main_job_in_prosr_format_with_a_prior_and_no_annotator_bias(
     assert (cfg.method, cfg.policy.checkpoint, world.width, world.grid) == ("prosr", "checkpoints/tiny_base", 64, 2)
     assert world.prior_colors and world.prior_answer == "left" and 0.5 < world.prior_rate < 1
     assert world.mirror_colors == () and world.question_types == ("relative_position",)
+    assert 0 < world.hard_rate < 1  # the prior can pay only where the image is hard to read (Table 2)
     assert (cfg.rl.group_size, cfg.rl.prompts_per_step, cfg.sft.batch_size) == (
         main.rl.group_size, main.rl.prompts_per_step, main.sft.batch_size)
     paper_prosr.check(cfg)
@@ -56,6 +57,16 @@ def test_figures_read_accuracy_where_the_prior_is_wrong_and_the_prior_given(tmp_
     assert f[paper_prosr.TRUE] == sum(not prior_is_wrong(world, s) for s in named) / len(named)
     assert (f["accuracy"], f["A_blank"], f["SAR"], f["LRR@0.1"]) == (0.3, 0.4, 0.9, 0.0)
     assert len(f["correct"]) == 60
+    # the prior's answer on the hard images alone: a policy that gives it only there
+    hard = [s for s in named if s.meta["hard"]]
+    assert hard and len(hard) < len(named)
+    other = LETTERS[samples[0].options.index("right")]
+    guess = [{"id": s.id, "completion": f"x\n</think>\n{left if s.meta['hard'] else other}", "correct": 0.0}
+             for s in samples]
+    (tmp_path / "hard").mkdir()
+    (tmp_path / "hard" / "eval_rl.json").write_text(json.dumps({"rows": guess}))
+    f = paper_prosr.figures(cfg, tmp_path / "hard", "rl", summary)
+    assert f[paper_prosr.HARD_PRIOR] == 1.0 and f[paper_prosr.PRIOR] == len(hard) / len(named)
     # unparsed answers count as not giving the prior's; a missing evaluation file measures nothing
     rows = [dict(r, completion="no answer") for r in rows]
     (tmp_path / "eval_sft.json").write_text(json.dumps({"rows": rows}))
@@ -66,7 +77,8 @@ def test_figures_read_accuracy_where_the_prior_is_wrong_and_the_prior_given(tmp_
 
 def _figures(acc, wrong, prior, a_blank, sar, nts, lrr, correct=None):
     return {"accuracy": acc, paper_prosr.WRONG: wrong, paper_prosr.PRIOR: prior, "A_blank": a_blank, "SAR": sar,
-            "NTS": nts, "LRR@0.1": lrr, "correct": correct or {}, paper_prosr.TRUE: 0.25}
+            "NTS": nts, "LRR@0.1": lrr, "correct": correct or {}, paper_prosr.TRUE: 0.25,
+            paper_prosr.HARD_PRIOR: None}
 
 
 def _seeds():

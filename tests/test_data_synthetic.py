@@ -432,3 +432,84 @@ def test_letter_reasoning_boxes_writes_the_box_lines_before_the_argument_and_one
         assert (s.question, s.answer, s.gt_boxes) == (t.question, t.answer, t.gt_boxes)
     with pytest.raises(ValueError, match="letter_reasoning"):
         C.from_dict(syn.SyntheticConfig, {"letter_reasoning": "prose"})
+
+
+def _render_meta(s):
+    scene = [syn.SceneObject(o["shape"], o["color"], tuple(o["bbox"])) for o in s.meta["objects"]]
+    return syn.render(scene, *s.image_size)
+
+
+@pytest.mark.parametrize("grid", [2, 0])
+def test_distractors_add_unnamed_objects_and_leave_the_question_its_answer_and_reference_scene(grid):
+    """SpatialThinker's over-generation needs objects the question does not name: each scene gets exactly
+    `distractors` more, drawn, with labels of their own, and listed in the observation; the question, answer,
+    pseudo-GT and reference scene graph (the question's objects, which the count term counts) are the world's."""
+    base = syn.SyntheticConfig(width=64, height=64, grid=grid, min_objects=2, max_objects=2, distinct_colors=True,
+                               anchor="blue", question_types=("relative_position", "distance"))
+    world = dataclasses.replace(base, distractors=2)
+    for i in range(30):
+        s, t = syn.make_sample(world, "train", i), syn.make_sample(base, "train", i)
+        assert (s.question, s.answer, s.gt_boxes, s.scene) == (t.question, t.answer, t.gt_boxes, t.scene)
+        assert s.meta["objects"][:2] == t.meta["objects"] and len(s.meta["objects"]) == 4
+        labels = [o["label"] for o in s.meta["objects"]]
+        extra = labels[2:]
+        assert len(set(labels)) == 4 and not set(extra) & set(s.meta["relevant"])
+        assert all(o["color"] != "blue" for o in s.meta["objects"][2:]) and len({o["color"] for o in
+                                                                                    s.meta["objects"]}) == 4
+        assert not any(label in s.question for label in extra)
+        assert np.array_equal(_render_meta(s), s.image)  # the image shows every object, distractors included
+        boxes = [o["bbox"] for o in s.meta["objects"]]
+        assert all(syn._apart(a, b, 2) for k, a in enumerate(boxes) for b in boxes[k + 1:])
+        assert s.category != "relative_position" or s.options[LETTERS.index(s.answer)] == _expected_answer(s)
+        assert "The image shows 4 objects" in s.reference["spatialthinker"]
+        assert len(json.loads(s.reference["spatialthinker"].split("<scene>\n")[1].split("\n</scene>")[0])[
+            "objects"]) == len(s.meta["relevant"])
+    for bad, match in (({"distractors": 5}, "distractors"), ({"distractors": -1}, "distractors"),
+                       ({"question_types": ("counting",)}, "question_types")):
+        with pytest.raises(ValueError, match=match):
+            dataclasses.replace(world, **bad)
+    assert syn.SyntheticConfig().distractors == 0
+
+
+def test_hard_images_fade_and_blur_a_share_of_questions_and_keep_them_true():
+    """ProSR's prior pays where the image is hard to read: with hard_rate r, a coin independent of the scene picks
+    ~r of the questions in both splits (held-out answers stay balanced); their images keep the objects where they
+    are, faded toward the background with noise, and every answer, box and reference stays the world's."""
+    base = syn.SyntheticConfig(width=64, height=64, grid=2, min_objects=2, max_objects=2, distinct_colors=True,
+                               anchor="blue", question_types=("relative_position",), prior_colors=("red",),
+                               prior_rate=0.7)
+    world = dataclasses.replace(base, hard_rate=0.4, hard_contrast=0.2, hard_noise=24.0)
+    for split in ("train", "heldout"):
+        hard, left = [], []
+        for i in range(500):
+            s = syn.make_sample(world, split, i, render_image=i < 40)
+            t = syn.make_sample(base, split, i, render_image=i < 40)
+            assert (s.question, s.answer, s.gt_boxes, s.reference) == (t.question, t.answer, t.gt_boxes,
+                                                                      t.reference)
+            hard.append(s.meta["hard"])
+            if s.meta["hard"] and syn.names_prior(world, s):
+                left.append(s.options[LETTERS.index(s.answer)] == "left")
+            if i >= 40:
+                continue
+            if not s.meta["hard"]:
+                assert np.array_equal(s.image, t.image)
+                continue
+            background = np.asarray(syn.BACKGROUND, np.float64)
+            for o in s.meta["objects"]:  # each object is still there, in its own colour, faded
+                x1, y1, x2, y2 = o["bbox"]
+                shape = np.any(t.image[y1:y2, x1:x2] != syn.BACKGROUND, axis=-1)  # its pixels in the clear image
+                seen = s.image[y1:y2, x1:x2][shape].mean(0) - background
+                want = 0.2 * (np.asarray(syn.COLORS[o["color"]]) - background)
+                assert np.all(np.abs(seen - want) < 5 + 0.05 * np.abs(want)), (o, seen, want)
+            residual = s.image.astype(np.float64) - (background + 0.2 * (t.image - background))
+            assert 20 < residual.std() < 28  # the noise (clipping at 0 and 255 trims it a little)
+        # 500 coins: 3 standard errors of a share of 0.4 are 0.066
+        assert abs(np.mean(hard) - 0.4) < 0.066, split
+        if split == "heldout":  # the hard held-out questions are as balanced as the split: "left" ~1 in 4 or 5
+            assert len(left) > 30 and np.mean(left) < 0.4, left
+        else:  # the prior holds among the hard training questions too
+            assert np.mean(left) > 0.55, left
+    assert "hard" not in syn.make_sample(base, "train", 0).meta  # the world without them is unchanged
+    for bad in ({"hard_rate": 1.5}, {"hard_contrast": 0.0}, {"hard_noise": -1.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            dataclasses.replace(world, **bad)

@@ -1,8 +1,9 @@
-"""MetricsWriter (JSONL + TensorBoard, resume without duplicates), ProgressBar."""
+"""MetricsWriter (JSONL + TensorBoard, resume without duplicates), ProgressBar, an RL step's rollout figures."""
 
 import io
 import json
 import struct
+from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
@@ -88,3 +89,23 @@ def test_progress_bar_shows_key_figures():
     bar.close()
     shown = out.getvalue()
     assert "3/10" in shown and "loss=0.1235" in shown and "reward_mean=1" in shown and "other" not in shown
+
+
+def test_rollout_figures_every_rl_step_logs():
+    """The share of groups with any reward spread, the share of well-formed rollouts by the method plug-in's own
+    test, and the mean entropy over the completions' tokens only."""
+    from spatial_jax.methods import get_method
+    from spatial_jax.rl.report import rollout_metrics
+
+    method = get_method("spatialthinker")  # well-formed: its format component > 0
+    rewards = np.array([[0.5, 0.5, 0.5], [0.1, 0.1, 0.6], [0.0, 0.0, 0.0], [1.0, 0.0, 1.0]], np.float32)
+    formats = [1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    scores = [{"reward": float(r), "accuracy": 0.0, "format": f} for r, f in zip(rewards.reshape(-1), formats)]
+    mask = np.zeros((12, 4), np.int32)
+    mask[:, :2] = 1
+    entropies = np.where(mask > 0, 2.0, 50.0).astype(np.float32)  # padding's entropy must not count
+    entropies[0, 0] = 4.0
+    comps = SimpleNamespace(mask=mask, entropies=entropies)
+    out = rollout_metrics(method, scores, rewards, np.zeros(12, np.float32), comps)
+    assert out["groups_with_spread"] == 0.5 and out["well_formed"] == pytest.approx(7 / 12)
+    assert out["entropy_mean"] == pytest.approx((2.0 * 23 + 4.0) / 24)

@@ -96,6 +96,11 @@ def test_bad_config_is_a_clear_error(overrides, match):
         (["mesh.data=16"], "only 8 device"),
         (["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2", "rl.prompts_per_step=3", "rl.group_size=2"], "divisible"),
         (["rl.micro_batch=3"], "not divisible by rl.micro_batch"),
+        (["rl.mini_batch=24"], "not divisible by rl.mini_batch"),
+        (["rl.mini_batch=4"], "mini_batch=4 must be a multiple of rl.group_size=8"),
+        # a micro-batch larger than its mini-batch, or one that does not divide it, contradicts it
+        (["rl.mini_batch=8", "rl.micro_batch=16"], "micro_batch=16 must divide rl.mini_batch=8"),
+        (["rl.prompts_per_step=6", "rl.mini_batch=24", "rl.micro_batch=16"], "must divide rl.mini_batch=24"),
         (["rl.group_size=1"], "group_size"),
         (["mesh.data=4", "eval.batch_size=6"], "eval.batch_size"),
         # Dr. GRPO: three decode rounds of 288 tokens can hold 864 loss tokens, more than the constant's 600
@@ -177,6 +182,32 @@ def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
 
 
 @pytest.mark.slow
+def test_updates_after_a_steps_first_are_off_policy(tmp_path):
+    """rl.mini_batch makes one optimiser update per mini-batch, so the step's second call sees weights the first
+    changed: its ratio to pi_old spreads (logged per call). Accumulating the same two micro-batches into one update
+    (rl.micro_batch, optax.MultiSteps) changes no weight between the calls, and the second sees ratio 1."""
+    from spatial_jax.rl.train import Trainer
+
+    extra = ("rl.prompts_per_step=2", "rl.group_size=2", "rl.optim.warmup_ratio=0.0", "rl.optim.lr=1e-2")
+    mini = Trainer(tiny(tmp_path / "mini", *extra, "rl.mini_batch=2"))
+    accumulated = Trainer(tiny(tmp_path / "accumulated", *extra, "rl.micro_batch=2"))
+    comps = _rollouts(mini, 2)
+    adv = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
+    calls = {}
+    for name, job in (("mini", mini), ("accumulated", accumulated)):
+        optim = job.optim_config("rl")
+        tx = make_optimizer(optim)
+        with jax.set_mesh(job.mesh):
+            _, calls[name] = job.update(0, comps, adv, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)
+    assert mini.optim_config("rl").grad_accum_steps == 1 and mini.optim_config("rl").total_steps == 2
+    for out in calls.values():
+        # the first call is on-policy: the sampler's and the trainer's log-probs differ by float rounding alone
+        assert out["call1/ratio_dev_max"] < 1e-4 and out["call1/ratio_std"] < 1e-5 and "call3/ratio_std" not in out
+    assert calls["mini"]["call2/ratio_dev_max"] > 1e-2 and calls["mini"]["call2/ratio_std"] > 1e-3, calls["mini"]
+    assert calls["accumulated"]["call2/ratio_dev_max"] < 1e-4, calls["accumulated"]
+
+
+@pytest.mark.slow
 def test_shared_prefix_update_equals_the_whole_row_update(tmp_path, monkeypatch):
     """rl.shared_prefix: the trainer builds groups of G rows (each prompt once) for the update and the KL reference,
     and one step from the same rollouts ends at the whole-row step's loss, KL and parameters."""
@@ -253,6 +284,9 @@ def test_each_method_runs_tiny_steps(method, extra, dense, tmp_path):
     # every step had something to learn: a constant reward leaves gradients of rounding noise (~1e-7), which Adam
     # would still turn into steps of size lr
     assert all(r["adv_abs_max"] > 0 and r["loss/grad_norm"] > 1e-3 for r in rows)
+    # the figures every RL run logs per step (tests/test_rl_metrics.py checks their values)
+    assert all(0 < r["groups_with_spread"] <= 1 and 0 <= r["well_formed"] <= 1 and r["entropy_mean"] > 0
+               and r["call1/clip_frac"] >= 0 for r in rows)
     if method == "dense_prosr":
         assert all(r["reward/has_blank"] == 1.0 for r in rows)
     assert "reward/dense" in rows[0] and len([k for k in rows[0] if k.startswith("reward/")]) > 2  # and its own

@@ -36,6 +36,7 @@ COLORS = {
 BACKGROUND = (235, 235, 235)
 QUESTION_TYPES = ("relative_position", "size", "nearest", "counting", "distance")
 MC_QUESTION_TYPES = QUESTION_TYPES[:4]
+TWO_OBJECT_QUESTIONS = ("relative_position", "distance")  # answered from the two objects they name alone
 SPLITS = {"train": 0, "heldout": 1}
 DIRECTIONS = ("left", "right", "above", "below")
 PREDICATES = {"left": "left of", "right": "right of", "above": "above", "below": "below"}
@@ -85,7 +86,20 @@ class SyntheticConfig:
     letter_reasoning: the reasoning of the letter-only reference completion (ProSR's format: reasoning, `</think>`,
     one letter): "centres" (the objects' centres, then the argument) or "boxes" (the question's box lines and the
     argument, as the box format writes them before its `</think>`), so a policy pretrained to write boxes says where
-    things are in the form it knows; the letter's reward never reads them."""
+    things are in the form it knows; the letter's reward never reads them.
+    distractors: objects the question does not name, added to every scene after its question is drawn (off at 0),
+    so that SpatialThinker's over-generation (App. C.1) has something to box: each with a label no other object of
+    the scene has (and not the anchor's colour), in a free grid cell or apart from the others, drawn from a stream of
+    the sample's own so the named objects, question, answer and pseudo-GT stay the world's without them. They are in
+    the image, in meta["objects"] and in the reference completions' observation ("The image shows N objects"), but
+    not in the reference scene graph or the pseudo-GT, which hold the question's objects (SpatialThinker's count
+    term counts those). Only questions about two named objects (relative position, distance) take them: the others
+    read every object of the scene.
+    hard_rate, hard_contrast, hard_noise: images hard to read for a share of the questions (off at 0), so that a
+    language prior can pay (ProSR Table 2): in both splits, with probability hard_rate (a coin of the sample's own
+    stream, independent of its scene and answer), the image keeps only hard_contrast of every pixel's difference from
+    the background and gets Gaussian noise of std hard_noise (in 0-255 levels); objects, answers, pseudo-GT and
+    reference completions stay true, and meta["hard"] says which images are."""
 
     width: int = 96
     height: int = 96
@@ -111,6 +125,10 @@ class SyntheticConfig:
     prior_answer: str = "left"
     prior_rate: float = 0.0
     letter_reasoning: Literal["centres", "boxes"] = "centres"
+    distractors: int = 0
+    hard_rate: float = 0.0
+    hard_contrast: float = 0.2
+    hard_noise: float = 24.0
     seed: int = 0
 
     def __post_init__(self):
@@ -153,6 +171,13 @@ class SyntheticConfig:
         require("question_types", self.question_types,
                 not self.prior_colors or "relative_position" in self.question_types,
                 "include relative_position when prior_colors is set (the prior's answer is a direction)")
+        check_range(self, "distractors", 0, self.max_scene_objects - self.max_objects)
+        require("question_types", self.question_types,
+                not self.distractors or set(self.question_types) <= set(TWO_OBJECT_QUESTIONS),
+                f"be within {TWO_OBJECT_QUESTIONS} with distractors (the others read every object of the scene)")
+        check_range(self, "hard_rate", 0, 1)
+        check_range(self, "hard_contrast", 0, 1, low_open=True)
+        check_non_negative(self, "hard_noise")
 
     @property
     def max_scene_objects(self) -> int:
@@ -255,30 +280,35 @@ def _grid_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneObj
     "random") a square of random side at a random place."""
     n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
     cells = rng.choice(cfg.grid * cfg.grid, size=n, replace=False)
+    return [SceneObject(shape=shape, color=color, bbox=_cell_box(rng, cfg, int(cell)))
+            for (color, shape), cell in zip(_pick_labels(rng, cfg, n), cells)]
+
+
+def _sizes(cfg: SyntheticConfig) -> tuple[int, int]:
+    """(smallest, largest) side in pixels of a free or randomly placed object."""
     side = min(cfg.width, cfg.height)
     smin = max(4, int(round(cfg.min_size_frac * side)))
-    smax = max(smin, int(round(cfg.max_size_frac * side)))
-    objects = []
-    for (color, shape), cell in zip(_pick_labels(rng, cfg, n), cells):
-        r, c = divmod(int(cell), cfg.grid)
-        x1, x2 = c * cfg.width // cfg.grid + 2, (c + 1) * cfg.width // cfg.grid - 2
-        y1, y2 = r * cfg.height // cfg.grid + 2, (r + 1) * cfg.height // cfg.grid - 2
-        if cfg.cell_placement == "random":
-            s = int(rng.integers(smin, min(smax, x2 - x1, y2 - y1) + 1))
-            x1 += int(rng.integers(0, x2 - x1 - s + 1))
-            y1 += int(rng.integers(0, y2 - y1 - s + 1))
-            x2, y2 = x1 + s, y1 + s
-        objects.append(SceneObject(shape=shape, color=color, bbox=(x1, y1, x2, y2)))
-    return objects
+    return smin, max(smin, int(round(cfg.max_size_frac * side)))
+
+
+def _cell_box(rng: np.random.Generator, cfg: SyntheticConfig, cell: int) -> tuple[int, int, int, int]:
+    r, c = divmod(cell, cfg.grid)
+    x1, x2 = c * cfg.width // cfg.grid + 2, (c + 1) * cfg.width // cfg.grid - 2
+    y1, y2 = r * cfg.height // cfg.grid + 2, (r + 1) * cfg.height // cfg.grid - 2
+    if cfg.cell_placement == "random":
+        smin, smax = _sizes(cfg)
+        s = int(rng.integers(smin, min(smax, x2 - x1, y2 - y1) + 1))
+        x1 += int(rng.integers(0, x2 - x1 - s + 1))
+        y1 += int(rng.integers(0, y2 - y1 - s + 1))
+        x2, y2 = x1 + s, y1 + s
+    return x1, y1, x2, y2
 
 
 def sample_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneObject]:
     """Distinct objects placed without overlap (2 px gap), so every label names one object."""
     if cfg.grid:
         return _grid_scene(rng, cfg)
-    side = min(cfg.width, cfg.height)
-    smin = max(4, int(round(cfg.min_size_frac * side)))
-    smax = max(smin, int(round(cfg.max_size_frac * side)))
+    smin, smax = _sizes(cfg)
     while True:
         n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
         objects: list[SceneObject] = []
@@ -295,6 +325,60 @@ def sample_scene(rng: np.random.Generator, cfg: SyntheticConfig) -> list[SceneOb
                 break
         if len(objects) == n:
             return objects
+
+
+# Tries to place a free distractor apart from a scene's objects before the scene counts as full.
+DISTRACTOR_TRIES = 1000
+
+
+def with_distractors(cfg: SyntheticConfig, split: str, index: int, objects: list[SceneObject]) -> list[SceneObject]:
+    """`objects` and cfg.distractors more, drawn from a stream of the sample's own: labels no object has (nor the
+    anchor's colour), in free grid cells or 2 px apart from every object."""
+    if not cfg.distractors:
+        return objects
+    rng = np.random.default_rng([cfg.seed, SPLITS[split], index, 3])
+    colors = [c for c in COLORS if c != cfg.anchor and (not cfg.distinct_colors or all(o.color != c for o in objects))]
+    labels = [(c, s) for c in colors for s in cfg.shapes if all(o.label != f"{c} {s}" for o in objects)]
+    out = list(objects)
+    if cfg.grid:
+        taken = {int(o.center[1]) * cfg.grid // cfg.height * cfg.grid + int(o.center[0]) * cfg.grid // cfg.width
+                 for o in objects}
+        free = [c for c in range(cfg.grid * cfg.grid) if c not in taken]
+        cells = [free[int(i)] for i in rng.choice(len(free), size=cfg.distractors, replace=False)]
+    smin, smax = _sizes(cfg)
+    for k in range(cfg.distractors):
+        color, shape = labels.pop(int(rng.integers(len(labels))))
+        if cfg.distinct_colors:
+            labels = [(c, s) for c, s in labels if c != color]
+        if cfg.grid:
+            box = _cell_box(rng, cfg, cells[k])
+        else:
+            for _ in range(DISTRACTOR_TRIES):
+                s = int(rng.integers(smin, smax + 1))
+                x1, y1 = int(rng.integers(0, cfg.width - s + 1)), int(rng.integers(0, cfg.height - s + 1))
+                box = (x1, y1, x1 + s, y1 + s)
+                if all(_apart(box, o.bbox, gap=2) for o in out):
+                    break
+            else:
+                raise RuntimeError(f"{split} sample {index}: no room for distractor {k + 1} of {cfg.distractors} in "
+                                   f"{DISTRACTOR_TRIES} tries; lower data.synthetic.distractors or the object sizes")
+        out.append(SceneObject(shape=shape, color=color, bbox=box))
+    return out
+
+
+def hard_image(cfg: SyntheticConfig, split: str, index: int, image: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(the image, whether it is hard to read): with probability cfg.hard_rate (the sample's own coin), each pixel's
+    difference from the background scaled by hard_contrast, plus Gaussian noise of std hard_noise."""
+    if not cfg.hard_rate:
+        return image, False
+    rng = np.random.default_rng([cfg.seed, SPLITS[split], index, 4])
+    if rng.random() >= cfg.hard_rate:
+        return image, False
+    if image.size == 0:  # not rendered: only the coin
+        return image, True
+    background = np.asarray(BACKGROUND, np.float64)
+    faint = background + cfg.hard_contrast * (image - background) + rng.normal(0.0, cfg.hard_noise, image.shape)
+    return np.clip(np.rint(faint), 0, 255).astype(np.uint8), True
 
 
 def _apart(a: Sequence[int], b: Sequence[int], gap: int) -> bool:
@@ -725,9 +809,11 @@ def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool
     rng = _rng(cfg, split, index)
     objects, q = _draw(rng, cfg)
     objects, q = _with_prior(rng, cfg, split, index, objects, q)
+    objects = with_distractors(cfg, split, index, objects)
     boxes, kinds = pseudo_gt(rng, objects, list(dict.fromkeys(q.relevant)), cfg)
     scene = scene_graph(objects, q)
     image = render(objects, cfg.width, cfg.height) if render_image else np.zeros((0, 0, 3), np.uint8)
+    image, hard = hard_image(cfg, split, index, image)
     mirrored = _annotator_mirrors(cfg, split, index, objects, q)
     q_seen = _mirrored_question(q) if mirrored else q
     if mirrored:
@@ -753,6 +839,7 @@ def make_sample(cfg: SyntheticConfig, split: str, index: int, render_image: bool
             "corruption": list(kinds),
             "mirrored": mirrored,
             "annotated_answer": q_seen.answer,  # the annotator's answer: the SFT targets' (true unless mirrored)
+            **({"hard": hard} if cfg.hard_rate else {}),  # only where the world has hard images: the others' unchanged
         },
     )
 

@@ -154,6 +154,8 @@ def policy_loss(
         "pg_loss": float(reduce(row_pg).detach()),
         "ratio_mean": token_mean("ratio"),
         "ratio_max": max((float(x.max()) for x in tokens["ratio"]), default=0.0),
+        "ratio_dev_max": max((float((x - 1.0).abs().max()) for x in tokens["ratio"]), default=0.0),
+        "ratio_std": float(torch.cat(tokens["ratio"]).std(correction=0)) if total_tokens else 0.0,
         "clip_frac_low": clip_lo,
         "clip_frac_high": clip_hi,
         "clip_frac": clip_lo + clip_hi,
@@ -182,8 +184,9 @@ def sft_loss(logits, targets, mask, temperature: float = 1.0) -> torch.Tensor:
 
 
 def cosine_schedule(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
-    """Linear warmup 0 -> lr over warmup_steps, then cosine from lr to min_lr at total_steps (float reference)."""
+    """Linear warmup lr / warmup_steps, 2 lr / warmup_steps, ..., lr over the first warmup_steps updates, then cosine
+    from lr to min_lr at total_steps (float reference)."""
     if step < warmup_steps:
-        return lr * step / warmup_steps
+        return lr * (step + 1) / warmup_steps
     progress = min(max((step - warmup_steps) / max(total_steps - warmup_steps, 1), 0.0), 1.0)
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))

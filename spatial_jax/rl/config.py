@@ -118,7 +118,10 @@ class SFTConfig:
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
     """GRPO / GSPO. Each step samples group_size rollouts for each of prompts_per_step prompts, scores them, and
-    runs updates_per_batch passes over them in micro-batches of micro_batch rollouts (0 = all at once).
+    runs updates_per_batch passes over them (verl's ppo_epochs). A pass makes one optimiser update per mini-batch of
+    mini_batch rollouts (verl's ppo_mini_batch_size; 0 = the whole batch, one update a pass), each accumulated over
+    micro-batches of micro_batch rollouts (0 = the whole mini-batch): micro-batches bound memory and change nothing
+    else, while every update after a step's first is off-policy (its ratio to pi_old differs from 1).
     Group advantages (eq. 2) take eps and the std kind from the method's reward config where it has them.
     max_tool_turns > 0 (AlloSpatial) runs multi-turn rollouts: tool output joins the context but carries no loss.
     shared_prefix: the update (and the KL reference) runs each prompt through the decoder once for its G rollouts,
@@ -136,8 +139,8 @@ class RLConfig:
 
     def __post_init__(self):
         check_range(self, "steps", 0, MAX_STEPS)
-        check_at_least(self, prompts_per_step=1, group_size=1, updates_per_batch=1, micro_batch=0, max_tool_turns=0,
-                       max_tool_tokens=64, checkpoint_every=1)
+        check_at_least(self, prompts_per_step=1, group_size=1, updates_per_batch=1, mini_batch=0, micro_batch=0,
+                       max_tool_turns=0, max_tool_tokens=64, checkpoint_every=1)
         require("optim.grad_accum_steps", self.optim.grad_accum_steps, self.optim.grad_accum_steps == 1,
                 "be 1 (it is set from rl.micro_batch)")
         require("sampling.temperature", self.sampling.temperature, self.steps == 0 or self.sampling.temperature > 0,
@@ -151,7 +154,8 @@ class RLConfig:
         require("rollout_lag", self.rollout_lag, self.rollout_mode == "one_step_off" or self.rollout_lag == 1,
                 f"keep its default with rollout_mode={self.rollout_mode!r}: it sets one_step_off's staleness")
         rollouts = self.prompts_per_step * self.group_size
-        calls = self.steps * self.updates_per_batch * max(1, rollouts // (self.micro_batch or rollouts))
+        micro = self.micro_batch or self.mini_batch or rollouts
+        calls = self.steps * self.updates_per_batch * max(1, rollouts // micro)
         require("steps", self.steps, calls <= MAX_STEPS,
                 f"make at most {MAX_STEPS} optimiser calls (steps x updates_per_batch x micro-batches = {calls}; "
                 "optax counts them in int32)")
@@ -160,6 +164,7 @@ class RLConfig:
     prompts_per_step: int = 4
     group_size: int = 8
     updates_per_batch: int = 1
+    mini_batch: int = 0
     micro_batch: int = 0
     loss: LossConfig = LossConfig(kl_coef=0.0)
     optim: OptimConfig = OptimConfig(lr=1e-4, min_lr=1e-5, warmup_ratio=0.05)
@@ -280,16 +285,20 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         )
     shards = cfg.mesh.batch_shards
     rollouts = cfg.rl.prompts_per_step * cfg.rl.group_size
-    micro = cfg.rl.micro_batch or rollouts
+    mini = cfg.rl.mini_batch or rollouts
+    micro = cfg.rl.micro_batch or mini
     if cfg.rl.steps > 0:
         if cfg.rl.group_size < 2:
             raise ConfigError(f"rl.group_size must be >= 2 for group-relative advantages, got {cfg.rl.group_size}")
-        if rollouts % micro:
-            raise ConfigError(
-                f"rl.prompts_per_step * rl.group_size = {rollouts} rollouts is not divisible by rl.micro_batch={micro}"
-            )
-        if micro % cfg.rl.group_size and cfg.rl.micro_batch:
-            raise ConfigError(f"rl.micro_batch={micro} must be a multiple of rl.group_size={cfg.rl.group_size}")
+        for key, size in (("mini_batch", mini), ("micro_batch", micro)):
+            if rollouts % size:
+                raise ConfigError(f"rl.prompts_per_step * rl.group_size = {rollouts} rollouts is not divisible by "
+                                  f"rl.{key}={size}")
+            if size % cfg.rl.group_size and getattr(cfg.rl, key):
+                raise ConfigError(f"rl.{key}={size} must be a multiple of rl.group_size={cfg.rl.group_size}")
+        if mini % micro:
+            raise ConfigError(f"rl.micro_batch={micro} must divide rl.mini_batch={mini}: an optimiser update "
+                              "accumulates whole micro-batches")
         if micro % shards:
             raise ConfigError(
                 f"rl micro-batch of {micro} rollouts is not divisible by mesh.data*mesh.fsdp = {shards}"

@@ -212,8 +212,9 @@ def policy_loss(
       normalizer: denominator of the aggregation for micro-batching (see loss_denominator); None: this batch's.
 
     Returns:
-      (loss, metrics). metrics (all scalars, stop-gradient) are: loss, pg_loss, ratio_mean, ratio_max,
-      clip_frac (= clip_frac_low + clip_frac_high: share of tokens whose clipped term is active, i.e. ratio
+      (loss, metrics). metrics (all scalars, stop-gradient) are: loss, pg_loss, ratio_mean, ratio_max, the ratio's
+      spread ratio_dev_max (max |ratio - 1|) and ratio_std (its standard deviation over tokens), clip_frac
+      (= clip_frac_low + clip_frac_high: share of tokens whose clipped term is active, i.e. ratio
       < 1 - clip_low with A < 0, or ratio > 1 + clip_high with A > 0), approx_kl_old (k3 estimate of
       KL(pi_old || pi_theta)), num_tokens, num_seqs (rows with at least one token); plus dual_clip_frac when
       cfg.dual_clip is set, kl_ref when ref_logp is given and entropy when entropy is given. Fractions and
@@ -272,6 +273,8 @@ def policy_loss(
         pg_loss=sg(aggregate(pg, m, cfg.aggregation, cfg.max_completion_length, normalizer)),
         ratio_mean=masked_mean(r, m),
         ratio_max=jnp.max(jnp.where(valid, r, 0.0)),
+        ratio_dev_max=jnp.max(jnp.where(valid, jnp.abs(r - 1.0), 0.0)),
+        ratio_std=jnp.sqrt(masked_mean(jnp.square(r - masked_mean(r, m)), m)),
         clip_frac_low=masked_mean(clip_low_active, m),
         clip_frac_high=masked_mean(clip_high_active, m),
         clip_frac=masked_mean(clip_low_active + clip_high_active, m),

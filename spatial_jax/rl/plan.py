@@ -486,6 +486,7 @@ class Shapes:
     prompt: int  # the longest prompt bucket
     completion: int  # the rollout's token block: decode rounds (and tool turns) after the prompt
     rollouts: int  # sampled together: prompts_per_step x group_size
+    mini_batch: int  # rollouts per optimiser update
     micro_batch: int
     cache: int  # KV slots of the rollout cache
 
@@ -495,7 +496,8 @@ class Shapes:
         turns = cfg.rl.max_tool_turns if cfg.plugin.uses_tools else 0
         cache = required_cache_len(prompt, cfg.rl.sampling.max_new_tokens, turns, cfg.rl.max_tool_tokens)
         rollouts = cfg.rl.prompts_per_step * cfg.rl.group_size
-        return cls(prompt, cache - prompt, rollouts, cfg.rl.micro_batch or rollouts, cache)
+        mini = cfg.rl.mini_batch or rollouts
+        return cls(prompt, cache - prompt, rollouts, mini, cfg.rl.micro_batch or mini, cache)
 
 
 PROGRAMS = ("rl_update", "reference_forward", "rollout_prefill", "rollout_decode", "sft_update")
@@ -515,7 +517,7 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | N
     adapters = lora.rank > 0 or lora.vision_rank > 0
     key = _key(mesh) if lora.dropout > 0 and adapters else None
     rl_tx = make_optimizer(dataclasses.replace(rc.optim, total_steps=max(rc.steps, 1),
-                                               grad_accum_steps=shapes.rollouts // shapes.micro_batch))
+                                               grad_accum_steps=shapes.mini_batch // shapes.micro_batch))
     rl_opt = _opt_state(rl_tx, policy.trainable, mesh)
     # the KL reference of full fine-tuning is a copy of the trainable weights (workspace.start_reference)
     reference = _local_bytes(policy.trainable, mesh) if rc.loss.kl_coef > 0 and not adapters else 0
@@ -791,7 +793,7 @@ def estimate_gpu(cfg: TrainConfig, target: Target, remat: str | None = None) -> 
         R, T = shapes.micro_batch, shapes.prompt + shapes.completion
         what = f"{R} rollouts x ({shapes.prompt} + {shapes.completion}) tokens"
         data = _rl_data(_seq_batch(mc, R, shapes.prompt, shapes.completion, grid), R, shapes.completion)
-        out.append(update("rl_update", R, T, what, shapes.rollouts > R, data, reference))
+        out.append(update("rl_update", R, T, what, shapes.mini_batch > R, data, reference))
         sampling_resident = optimiser_bytes(shapes.rollouts > R) + reference
         if rc.loss.kl_coef > 0:
             local = R / shards

@@ -17,8 +17,13 @@ from spatial_jax.rollout.completions import Completions
 
 def rollout_metrics(method: Method, scores: list[dict[str, float]], rewards: np.ndarray, adv: np.ndarray,
                     comps: Completions) -> dict[str, Any]:
-    """One RL step's rollouts: reward and its components, accuracy, grounding figures, advantages, lengths."""
+    """One RL step's rollouts [groups, G]: reward and its components, accuracy, grounding figures, advantages, lengths;
+    groups_with_spread (the share of groups whose rewards are not all equal: only those carry a gradient),
+    well_formed (the share of rollouts in the method's format, by its plug-in's own test) and entropy_mean (the mean
+    token entropy of the sampled completions at temperature 1)."""
     out: dict[str, Any] = {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std())}
+    out["groups_with_spread"] = float(np.mean(rewards.max(axis=1) > rewards.min(axis=1)))
+    out["well_formed"] = float(np.mean([bool(method.well_formed(s)) for s in scores]))
     for k in scores[0]:
         out[f"reward/{k}"] = float(np.mean([s[k] for s in scores]))
     out["accuracy"] = out[f"reward/{method.accuracy_key}"]

@@ -37,7 +37,15 @@ from spatial_jax.rl.dynamic_sampling import fill
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule
-from spatial_jax.rl.workspace import Workspace, check_resumable, data_digest, stage_data, trained_settings
+from spatial_jax.rl.workspace import (
+    Workspace,
+    check_resumable,
+    data_digest,
+    rl_batches,
+    stage_data,
+    trained_settings,
+    updates_per_step,
+)
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions, take_rows
 from spatial_jax.rollout.decode_copy import DecodeCopy, decode_mesh
@@ -177,7 +185,7 @@ class Trainer(Workspace):
         optim = self.optim_config(name)
         tx = self.optimizer(name)
         schedule = lr_schedule(optim)
-        updates = self.cfg.rl.updates_per_batch if name == "rl" else 1
+        updates = updates_per_step(self.cfg.rl) if name == "rl" else 1
         # leaving on an error (a bad row, a signal) still commits the pending save: the rerun resumes from it
         with Checkpointer(self.run_dir / name, max_to_keep=2, save_interval=checkpoint_every) as ck:
             self.start_reference(name)
@@ -328,7 +336,8 @@ class Trainer(Workspace):
                       sum(float(c.mask.sum()) for c, _ in rounds))
 
     def learn(self, rolled: Rolled, tx, n_micro: int, opt_state, sampling) -> tuple[dict[str, Any], Any]:
-        """Advantages of a step's rollouts -> updates_per_batch passes of n_micro micro-batches."""
+        """Advantages of a step's rollouts -> updates_per_batch passes of an update per mini-batch, each of n_micro
+        accumulated micro-batches."""
         G = self.cfg.rl.group_size
         comps, scores = rolled.completions, rolled.scores
         rewards = np.asarray([s["reward"] for s in scores], np.float32).reshape(-1, G)
@@ -369,9 +378,11 @@ class Trainer(Workspace):
 
     def update(self, step: int, comps: Completions, adv: np.ndarray, tx, n_micro: int, opt_state,
                temperature: float, trained: np.ndarray | None = None) -> tuple[Any, dict[str, Any]]:
-        """updates_per_batch passes over the rollouts in n_micro accumulated micro-batches (completion tokens only
-        carry loss; prompts are masked, and so are rollouts that never stopped under overlong filtering and those
-        `trained` [R] marks False: dynamic sampling's padding)."""
+        """updates_per_batch passes over the rollouts, one optimiser update per mini-batch accumulated over its
+        n_micro micro-batches (completion tokens only carry loss; prompts are masked, and so are rollouts that never
+        stopped under overlong filtering and those `trained` [R] marks False: dynamic sampling's padding). Each
+        optimiser call's clip fraction and ratio spread is logged as call<k>/..., k counting the step's calls from 1,
+        so a call that should be off-policy and sees ratio 1 shows."""
         cfg, rc = self.cfg, self.cfg.rl
         mask = comps.mask
         if trained is not None:
@@ -380,17 +391,21 @@ class Trainer(Workspace):
             stopped = np.any((comps.tokens == self.tok.im_end_id) & (mask > 0), axis=1)
             mask = mask * stopped[:, None].astype(mask.dtype)
         context = getattr(comps, "context_mask", comps.mask)  # tool output is attended to, never trained on
-        # each micro-batch divides by the whole batch's denominator, so accumulation equals one full-batch step
-        normalizer = loss_denominator(jnp.asarray(mask), rc.loss.aggregation) / n_micro
-        micro = len(adv) // n_micro
+        mini = rl_batches(rc)[0]
+        micro = mini // n_micro
         items, patches = comps.item_starts()
         # each prompt's images are encoded once per micro-batch; tool pictures make a group's rows' images differ
         share = not np.any(getattr(comps, "num_tool_pictures", 0))
         G = rc.group_size
         group = G if rc.shared_prefix and share and micro % G == 0 else 1
         datas = []
-        for m in range(n_micro):
+        for m in range(len(adv) // micro):
             rows = slice(m * micro, (m + 1) * micro)
+            if m % n_micro == 0:
+                # each micro-batch divides by its mini-batch's denominator, so accumulating them equals one update
+                # on the whole mini-batch
+                normalizer = loss_denominator(jnp.asarray(mask[rows.start : rows.start + mini]),
+                                              rc.loss.aggregation) / n_micro
             seq = st.make_seq_batch(
                 self.policy.model.cfg, comps.prompt_ids[rows], comps.prompt_mask[rows], comps.tokens[rows],
                 context[rows], comps.pixel_values[patches[items[rows.start]] : patches[items[rows.stop]]],
@@ -410,9 +425,10 @@ class Trainer(Workspace):
                                    advantages=st.shard_batch(jnp.asarray(adv[rows], jnp.float32), self.mesh),
                                    normalizer=normalizer))
         losses, loss_metrics = [], []
+        calls = rc.updates_per_batch * len(datas)
         for epoch in range(rc.updates_per_batch):
             for m, data in enumerate(datas):
-                rng = _dropout_rng(cfg, 1, (step * rc.updates_per_batch + epoch) * n_micro + m)
+                rng = _dropout_rng(cfg, 1, step * calls + epoch * len(datas) + m)
                 self.trainable, opt_state, loss, lm = st.rl_update(
                     self.graphdef, self.trainable, self.frozen, opt_state, data, rc.loss, temperature, tx, rng
                 )
@@ -421,6 +437,9 @@ class Trainer(Workspace):
         out: dict[str, Any] = {"loss": float(np.mean(losses))}
         for k in loss_metrics[0]:
             out[f"loss/{k}"] = float(np.mean([lm[k] for lm in loss_metrics]))
+        for c, lm in enumerate(loss_metrics, 1):
+            for k in ("clip_frac", "ratio_dev_max", "ratio_std"):
+                out[f"call{c}/{k}"] = lm[k]
         out["train_tokens"] = float(mask.sum()) * rc.updates_per_batch
         return opt_state, out
 

@@ -149,6 +149,17 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     return False
 
 
+def rl_batches(rc) -> tuple[int, int]:
+    """(mini-batch, micro-batch) of an RL step in rollouts, their zeros resolved (RLConfig)."""
+    mini = rc.mini_batch or rc.prompts_per_step * rc.group_size
+    return mini, rc.micro_batch or mini
+
+
+def updates_per_step(rc) -> int:
+    """Optimiser updates an RL step makes: updates_per_batch passes of one update per mini-batch."""
+    return rc.updates_per_batch * (rc.prompts_per_step * rc.group_size) // rl_batches(rc)[0]
+
+
 class Workspace:
     """The policy of one run directory, placed on the run's mesh, with checkpoint restore.
 
@@ -251,13 +262,14 @@ class Workspace:
         return out
 
     def optim_config(self, stage: str, cfg: TrainConfig | None = None):
-        """The stage's optimiser settings: schedules span the stage, accumulation spans the RL micro-batches."""
+        """The stage's optimiser settings: schedules span the stage's updates, accumulation spans the micro-batches of
+        an RL mini-batch."""
         cfg = cfg or self.cfg
         if stage == "sft":
             return dataclasses.replace(cfg.sft.optim, total_steps=cfg.sft.steps)
-        rc = cfg.rl
-        n_micro = (rc.prompts_per_step * rc.group_size) // (rc.micro_batch or rc.prompts_per_step * rc.group_size)
-        return dataclasses.replace(rc.optim, total_steps=rc.steps * rc.updates_per_batch, grad_accum_steps=n_micro)
+        mini, micro = rl_batches(cfg.rl)
+        return dataclasses.replace(cfg.rl.optim, total_steps=cfg.rl.steps * updates_per_step(cfg.rl),
+                                   grad_accum_steps=mini // micro)
 
     def optimizer(self, stage: str, cfg: TrainConfig | None = None):
         """The stage's optimiser; an SFT stage with sft.train_vision false leaves the vision tower's weights alone."""
