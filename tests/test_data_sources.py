@@ -178,6 +178,14 @@ def test_rows_stream_by_line_and_row_group(tmp_path):
     table = ParquetRows([tmp_path / "p.parquet"])
     order = np.random.default_rng(0).permutation(10)
     assert [table[int(i)].data["k"] for i in order] == list(order) and len(table._cache) <= 2
+    # grain reads with 16 threads by default: rows are positional reads, the row-group cache is locked
+    import grain
+
+    L._jsonl([{"k": i, "pad": "x" * (i % 50)} for i in range(2000)], tmp_path / "many.jsonl")
+    L._parquet([{"k": i} for i in range(2000)], tmp_path / "many.parquet", row_group_size=100)
+    for rows in (JsonLines(tmp_path / "many.jsonl"), ParquetRows([tmp_path / "many.parquet"])):
+        ds = grain.MapDataset.source(rows).shuffle(seed=1).to_iter_dataset(grain.ReadOptions(num_threads=16))
+        assert sorted(r.data["k"] for r in ds) == list(range(2000))
 
 
 def test_a_layout_streams_through_the_pipeline_sharded_and_resumable(tmp_path):

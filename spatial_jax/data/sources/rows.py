@@ -4,7 +4,8 @@ in the messages about it (`Row`).
 
 Parquet: the files' row-group sizes come from their footers; a row reads its row group (the last two are cached, so
 a pass in file order reads each group once). JSON lines: one pass over the file in 4 MiB chunks records where each
-non-blank line starts (8 bytes a row, 16 with its line number); a row seeks to its line. Arrow (`datasets`'
+non-blank line starts (8 bytes a row, 16 with its line number); a row is one positional read (os.pread, safe from
+grain's reading threads). Arrow (`datasets`'
 save_to_disk files): memory-mapped, a row is a one-row slice. A JSON list is parsed whole (it cannot be split without
 parsing it); archives are read member by member (`ZipFiles`).
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
+import threading
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -109,26 +112,33 @@ class ParquetRows(Rows):
             self._file_starts.setdefault(int(k), int(start))
         self._cache: OrderedDict = OrderedDict()
         self._handles: dict = {}
+        self._lock = threading.Lock()  # grain's reading threads share the cache
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
     def __getstate__(self):  # open file handles stay behind (a worker process opens its own)
-        return {**self.__dict__, "_cache": OrderedDict(), "_handles": {}}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_cache", "_handles", "_lock")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _cache=OrderedDict(), _handles={}, _lock=threading.Lock())
 
     def _group(self, g: int):
-        if g not in self._cache:
-            import pyarrow.parquet as pq
+        import pyarrow.parquet as pq
 
+        with self._lock:
+            if g in self._cache:
+                return self._cache[g]
             k, rg = (int(x) for x in self.groups[g])
             try:
                 handle = self._handles.setdefault(k, pq.ParquetFile(self.files[k]))
-                self._cache[g] = handle.read_row_group(rg)
+                group = handle.read_row_group(rg)
             except Exception as e:
                 raise DatasetError(f"{self.files[k]}: cannot read row group {rg} ({e})") from None
+            self._cache[g] = group
             while len(self._cache) > 2:
                 self._cache.popitem(last=False)
-        return self._cache[g]
+            return group
 
     def __getitem__(self, i):
         if not -len(self) <= i < len(self):
@@ -145,7 +155,7 @@ class ArrowRows(Rows):
 
     def __init__(self, files: Sequence[Path]):
         self.files = tuple(str(f) for f in files)
-        self._tables = None
+        self._tables = [None] * len(self.files)
         self.starts = [0]
         for f in self.files:
             self.starts.append(self.starts[-1] + self._open(f).num_rows)
@@ -164,7 +174,7 @@ class ArrowRows(Rows):
             raise DatasetError(f"{f}: cannot read the Arrow file ({e})") from None
 
     def __getstate__(self):
-        return {**self.__dict__, "_tables": None}
+        return {**self.__dict__, "_tables": [None] * len(self.files)}
 
     def __len__(self) -> int:
         return self.starts[-1]
@@ -173,10 +183,10 @@ class ArrowRows(Rows):
         if not -len(self) <= i < len(self):
             raise IndexError(i)
         i %= len(self)
-        if self._tables is None:
-            self._tables = [self._open(f) for f in self.files]
         k = int(np.searchsorted(self.starts, i, side="right")) - 1
         j = i - self.starts[k]
+        if self._tables[k] is None:  # memory-mapped: a second mapping by a racing thread costs nothing
+            self._tables[k] = self._open(self.files[k])
         return Row(self._tables[k].slice(j, 1).to_pylist()[0], f"{self.files[k]} row {j}", i)
 
 
@@ -213,10 +223,15 @@ class JsonLines(Rows):
             lines.append(np.asarray([line_no]))
         self.starts = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64)
         self.lines = np.concatenate(lines).astype(np.int64) if lines else np.zeros(0, np.int64)
-        self._file = None
+        self.size = offset
+        self._fd = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_file": None}
+        return {**self.__dict__, "_fd": None}
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -224,15 +239,17 @@ class JsonLines(Rows):
     def __getitem__(self, i):
         if not -len(self) <= i < len(self):
             raise IndexError(i)
-        if self._file is None:
-            self._file = open(self.path, "rb")
-        self._file.seek(int(self.starts[i]))
-        raw = self._file.readline()
+        i %= len(self)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        start = int(self.starts[i])
+        end = int(self.starts[i + 1]) if i + 1 < len(self) else self.size  # blank lines between are whitespace
+        raw = os.pread(self._fd, end - start, start)
         where = f"{self.path}:{int(self.lines[i])}"
         if raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]
         try:
-            return Row(parse_line(raw.decode("utf-8")), where, i % len(self))
+            return Row(parse_line(raw.decode("utf-8")), where, i)
         except UnicodeDecodeError as e:
             raise DatasetError(f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
         except MalformedJSON as e:
