@@ -244,3 +244,39 @@ def test_train_runs_sft_and_grpo_steps_on_every_layout(tmp_path):
     for stage in ("sft", "rl"):
         rows = [json.loads(x) for x in (tmp_path / "run" / stage / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows)
+
+
+WEIRD = [None, 0, 7, -1, 2.5, True, "", "x", "Z", "<image>", [], [1], ["a", "b"], {}, {"bytes": 3}, {"path": 5},
+         {"from": "gpt"}, "(B) x", "1e400"]
+
+
+def test_no_row_or_file_ends_in_a_traceback(tmp_path, capsys):
+    """Each field of a valid row of the JSON-lines layouts replaced by an odd value, and files of the other layouts
+    that are no such file: `data check` answers 0 or 1 with one line per failing row, never a traceback."""
+    ss = L.samples(1)
+    rng = np.random.default_rng(0)
+    for name in ("easyr1", "mindcube-train", "spar7m", "vsi590k"):
+        spec = L.WRITERS[name](tmp_path / name, ss)
+        path = next(p for p in (tmp_path / name).rglob("*.jsonl"))
+        good = json.loads(path.read_text().splitlines()[0])
+        rows = []
+        for key in good:
+            for value in rng.choice(np.array(WEIRD, dtype=object), 6, replace=False):
+                rows.append({**good, key: value})
+            rows.append({k: v for k, v in good.items() if k != key})
+        rows += [[good], "row", 5, None]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert main(["data", "check", spec]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert all(line.startswith(f"FAIL {path}:") for line in out[1:]) and len(out) > 1
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    for suffix in (".parquet", ".zip", ".jsonl", ".json", ".arrow"):
+        (garbage / f"x{suffix}").write_bytes(bytes(rng.integers(0, 256, 200, dtype=np.uint8)))
+    (garbage / "state.json").write_text('{"_data_files": [{"filename": "x.arrow"}]}')
+    for spec in (f"verl:{garbage / 'x.parquet'}", f"omnispatial-train:{garbage / 'x.zip'}", f"trl:{garbage / 'x.json'}",
+                 f"easyr1:{garbage / 'x.jsonl'}", f"hf-disk:{garbage}", f"stvqa7k:{garbage}:train",
+                 f"mix:1*verl:{garbage / 'x.parquet'}|1*easyr1:{garbage / 'x.jsonl'}"):
+        assert main(["data", "check", spec]) == 1, spec
+        err = capsys.readouterr().err
+        assert err.startswith("spatial-jax data") and "Traceback" not in err, (spec, err)

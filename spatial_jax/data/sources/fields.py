@@ -193,9 +193,12 @@ def video(row: Row, raw: Any, field: str, ctx: Context) -> Video:
     if isinstance(raw, str):
         return Video(path=media(row, raw, field, ctx, "video"))
     if isinstance(raw, (list, tuple)) and raw:
-        fps = float(ctx.columns.get("video_fps", 2.0))
-        return Video(frames=tuple(media(row, f, f"{field}[{k}]", ctx, "video frame") for k, f in enumerate(raw)),
-                     fps=fps)
+        try:
+            fps = float(ctx.columns.get("video_fps", 2.0))
+            return Video(frames=tuple(media(row, f, f"{field}[{k}]", ctx, "video frame") for k, f in enumerate(raw)),
+                         fps=fps)
+        except ValueError as e:  # a video_fps that is no positive number (DatasetError is a ValueError too)
+            raise row.error(f"field '{field}': {e}") from None
     raise row.error(f"field '{field}' must be a video file or a list of frame files, got {brief(raw)}")
 
 
