@@ -215,6 +215,18 @@ def test_mixture_is_drawn_per_seed_with_its_weights(tmp_path):
     assert ids[0] == ids[1] != ids[2]
     assert len(ids[0]) == 16 and sum(i.startswith("spar") for i in ids[0]) == 4  # 3:1
     assert isinstance(open_spec(spec), Mixture)
+    # resumable: a restored grain iterator position continues the same draw
+    import grain
+
+    def ids_of(it, n):
+        return [next(it).id for _ in range(n)]
+
+    it = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset())
+    ids_of(it, 7)
+    state, want = it.get_state(), ids_of(it, 12)
+    again = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset())
+    again.set_state(state)
+    assert ids_of(again, 12) == want
 
 
 @pytest.mark.slow

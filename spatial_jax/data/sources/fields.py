@@ -7,7 +7,7 @@ import dataclasses
 import io
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +217,3 @@ def sample(row: Row, *, sid: Any, question: str, options: tuple[str, ...], answe
             origin=row.where, images=pictures if len(pictures) > 1 else (), video=clip)
     except DatasetError as e:
         raise row.error(str(e)) from None
-
-
-Converter = Callable[[Row], Sample]
