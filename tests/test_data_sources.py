@@ -218,13 +218,15 @@ def test_mixture_is_drawn_per_seed_with_its_weights(tmp_path):
     # resumable: a restored grain iterator position continues the same draw
     import grain
 
+    ONE = grain.ReadOptions(num_threads=0, prefetch_buffer_size=1)  # as DataIterator reads by default
+
     def ids_of(it, n):
         return [next(it).id for _ in range(n)]
 
-    it = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset())
+    it = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset(ONE))
     ids_of(it, 7)
     state, want = it.get_state(), ids_of(it, 12)
-    again = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset())
+    again = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset(ONE))
     again.set_state(state)
     assert ids_of(again, 12) == want
 
