@@ -294,3 +294,20 @@ def test_no_row_or_file_ends_in_a_traceback(tmp_path, capsys):
         assert main(["data", "check", spec]) == 1, spec
         err = capsys.readouterr().err
         assert err.startswith("spatial-jax data") and "Traceback" not in err, (spec, err)
+
+
+def test_tools_read_a_layout_and_never_write_into_the_copy(tmp_path, capsys):
+    """filter-sft (as pseudo-gt, corrupt and to-cvbench) takes a spec; an output inside the copy's folder is refused
+    before anything is written."""
+    from spatial_jax.data.jsonl import read_jsonl
+
+    spec = L.stvqa7k(tmp_path / "st", L.samples(3))
+    kept = tmp_path / "out" / "kept.jsonl"
+    assert main(["filter-sft", "--input", spec, "--output", str(kept), "--method-key", "spatialthinker",
+                 "--report", str(tmp_path / "r.json")]) == 0
+    assert len(read_jsonl(kept)) == json.loads((tmp_path / "r.json").read_text())["kept"]
+    inside = tmp_path / "st" / "data" / "kept.jsonl"
+    assert main(["filter-sft", "--input", spec, "--output", str(inside)]) == 2
+    assert f"--output {inside} lies inside the copy" in capsys.readouterr().err and not inside.exists()
+    assert main(["to-cvbench", "--data", f"mix:1*{spec}|1*{spec}", "--out", str(tmp_path / "st" / "cv")]) == 2
+    assert not (tmp_path / "st" / "cv").exists()

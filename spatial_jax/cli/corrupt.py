@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from spatial_jax.data.jsonl import write_jsonl
     from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.pseudo_gt import relocate
-    from spatial_jax.data.sources import spec_paths
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
 
     try:
         cfg = CorruptConfig(fraction=args.fraction, seed=args.seed, displace_iou=args.displace_iou)
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"spatial-jax corrupt: {e}", file=sys.stderr)
         return 2
     check_output_files({"--output": args.output, "--report": args.report}, spec_paths(args.input))
+    refuse_writing_into_copies({"--output": args.output, "--report": args.report}, args.input)
     samples, report = corrupt(list(open_source(args.input, check_images=False)), cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     write_jsonl([relocate(s, out_dir) for s in samples], args.output)

@@ -52,10 +52,11 @@ def run(args: argparse.Namespace) -> int:
     from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.pseudo_gt import relocate
     from spatial_jax.data.sft_filters import SFTFilterConfig, filter_samples
-    from spatial_jax.data.sources import spec_paths
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
 
     cfg = apply_overrides(SFTFilterConfig(reference_key=args.method_key), args.overrides)
     check_output_files({"--output": args.output, "--report": args.report}, spec_paths(args.input))
+    refuse_writing_into_copies({"--output": args.output, "--report": args.report}, args.input)
     judge = accuracy_judge(cfg.reference_key)
     kept, report = filter_samples(list(open_source(args.input, check_images=False)), judge, cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))

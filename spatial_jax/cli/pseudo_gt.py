@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         completed_ids,
         extract_phrases,
     )
-    from spatial_jax.data.sources import spec_paths
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
     from spatial_jax.locks import PidLock
 
     try:
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
     check_output_files({"--output": args.output}, spec_paths(args.input))
+    refuse_writing_into_copies({"--output": args.output}, args.input)
     samples = list(open_source(args.input))
     extractor = extract_phrases
     if args.extractor_url:

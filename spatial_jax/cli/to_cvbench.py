@@ -28,11 +28,12 @@ def run(args) -> int:
     from spatial_jax.cli.outputs import refuse_overwriting
     from spatial_jax.data.benchmarks.to_cvbench import write
     from spatial_jax.data.pipeline import open_source
-    from spatial_jax.data.sources import spec_paths
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
 
     cfg = load_job(args.config, args.overrides)
     data = args.data or cfg.data.eval
     refuse_overwriting({"--out": args.out}, [args.config, *spec_paths(data)])
+    refuse_writing_into_copies({"--out": args.out}, data)
     n = write(open_source(data, cfg.data.synthetic), args.out, args.source)
     print(f"wrote {n} CV-Bench records of {data} to {args.out}")
     return 0

@@ -23,11 +23,13 @@ written into the copy.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spatial_jax.config import ConfigError
 from spatial_jax.data.sample import DatasetError, Sample
 from spatial_jax.data.sources import (
     conversation,
@@ -165,3 +167,20 @@ def spec_paths(spec: str) -> list[str]:
     if s.format == "mix":
         return [p for _, part in parse_mixture(s.path) for p in spec_paths(part)]
     return [s.path]
+
+
+def refuse_writing_into_copies(outputs: dict[str, str | None], spec: str) -> None:
+    """ConfigError (rc 2), before anything is written, for an output (flag -> path) inside the folder of a published
+    copy the spec reads (the folder itself, or the one holding a copy's file): nothing is written into a copy."""
+    s = parse_spec(spec)
+    parts = [p for _, p in parse_mixture(s.path)] if s.format == "mix" else [spec]
+    for part in parts:
+        p = parse_spec(part)
+        if p.format in ("jsonl", "synthetic"):
+            continue
+        root = Path(p.path).expanduser()
+        root = os.path.realpath(root if root.is_dir() else root.parent)
+        for flag, out in outputs.items():
+            if out and os.path.realpath(out).startswith(root + os.sep):
+                raise ConfigError(f"{flag} {out} lies inside the copy {root} that {part} reads; nothing is written "
+                                  "into a copy")
