@@ -31,6 +31,7 @@ COMMANDS = {
     "corrupt": ("spatial_jax.cli.corrupt", "corrupt a share of a dataset's pseudo-GT boxes (A.3 robustness test)"),
     "filter-sft": ("spatial_jax.cli.filter_sft", "keep samples whose reference completion passes ProSR's filters"),
     "plan": ("spatial_jax.cli.plan", "memory per chip of a recipe's programs, compiled for a TPU slice"),
+    "data": ("spatial_jax.cli.data", "show or check a data source as training reads it (data show / data check)"),
     "to-cvbench": ("spatial_jax.cli.to_cvbench", "write a dataset's multiple-choice questions as a CV-Bench copy"),
 }
 

@@ -16,7 +16,7 @@ from spatial_jax.cli.outputs import check_output_files, print_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="dataset JSONL with gt_boxes")
+    parser.add_argument("--input", required=True, help="data source with gt_boxes (JSONL or FORMAT:PATH)")
     parser.add_argument("--output", required=True, help="corrupted dataset JSONL")
     parser.add_argument("--fraction", type=float, default=0.4, help="share of all boxes corrupted (default 0.4)")
     parser.add_argument("--seed", type=int, default=0)
@@ -27,16 +27,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spatial_jax.data.corrupt import CorruptConfig, corrupt
-    from spatial_jax.data.jsonl import read_jsonl, write_jsonl
+    from spatial_jax.data.jsonl import write_jsonl
+    from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.pseudo_gt import relocate
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
 
     try:
         cfg = CorruptConfig(fraction=args.fraction, seed=args.seed, displace_iou=args.displace_iou)
     except ValueError as e:
         print(f"spatial-jax corrupt: {e}", file=sys.stderr)
         return 2
-    check_output_files({"--output": args.output, "--report": args.report}, [args.input])
-    samples, report = corrupt(read_jsonl(args.input, check_images=False), cfg)
+    check_output_files({"--output": args.output, "--report": args.report}, spec_paths(args.input))
+    refuse_writing_into_copies({"--output": args.output, "--report": args.report}, args.input)
+    samples, report = corrupt(list(open_source(args.input, check_images=False)), cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     write_jsonl([relocate(s, out_dir) for s in samples], args.output)
     print_report(report, args.report, f"corrupted {report['corrupted']} of {report['boxes']} boxes -> {args.output}")

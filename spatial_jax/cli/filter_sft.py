@@ -18,7 +18,7 @@ from spatial_jax.data.prompts import THINK_BOXES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="dataset JSONL whose samples carry reference completions")
+    parser.add_argument("--input", required=True, help="data source with reference completions (JSONL or FORMAT:PATH)")
     parser.add_argument("--output", required=True, help="JSONL of the samples that pass every filter")
     parser.add_argument("--method-key", default=THINK_BOXES.reference_key,
                         help=f"key of Sample.reference to filter (default {THINK_BOXES.reference_key})")
@@ -48,14 +48,17 @@ def accuracy_judge(reference_key: str):
 
 def run(args: argparse.Namespace) -> int:
     from spatial_jax.config import apply_overrides
-    from spatial_jax.data.jsonl import read_jsonl, write_jsonl
+    from spatial_jax.data.jsonl import write_jsonl
+    from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.pseudo_gt import relocate
     from spatial_jax.data.sft_filters import SFTFilterConfig, filter_samples
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
 
     cfg = apply_overrides(SFTFilterConfig(reference_key=args.method_key), args.overrides)
-    check_output_files({"--output": args.output, "--report": args.report}, [args.input])
+    check_output_files({"--output": args.output, "--report": args.report}, spec_paths(args.input))
+    refuse_writing_into_copies({"--output": args.output, "--report": args.report}, args.input)
     judge = accuracy_judge(cfg.reference_key)
-    kept, report = filter_samples(read_jsonl(args.input, check_images=False), judge, cfg)
+    kept, report = filter_samples(list(open_source(args.input, check_images=False)), judge, cfg)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     write_jsonl([relocate(s, out_dir) for s in kept], args.output)
     print_report(report, args.report, f"kept {report['kept']} of {report['samples']} samples -> {args.output}")

@@ -18,7 +18,7 @@ from spatial_jax.cli.outputs import check_output_files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", required=True, help="dataset JSONL (the project's sample format)")
+    parser.add_argument("--input", required=True, help="data source: dataset JSONL or FORMAT:PATH[:split]")
     parser.add_argument("--output", required=True, help="JSONL written with gt_boxes filled; a rerun resumes it")
     parser.add_argument("--detector", required=True, help="local folder of a transformers zero-shot detector")
     parser.add_argument("--threshold", type=float, default=0.3, help="drop boxes scored below it (default 0.3)")
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spatial_jax.data.jsonl import read_jsonl
+    from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.pseudo_gt import (
         ChatExtractor,
         ExtractorError,
@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         completed_ids,
         extract_phrases,
     )
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
     from spatial_jax.locks import PidLock
 
     try:
@@ -50,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
-    check_output_files({"--output": args.output}, [args.input])
-    samples = read_jsonl(args.input)
+    check_output_files({"--output": args.output}, spec_paths(args.input))
+    refuse_writing_into_copies({"--output": args.output}, args.input)
+    samples = list(open_source(args.input))
     extractor = extract_phrases
     if args.extractor_url:
         extractor = ChatExtractor(args.extractor_url, args.extractor_model, os.environ.get(args.extractor_key_env))

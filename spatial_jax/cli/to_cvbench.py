@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--config", default=None, help="the TOML config whose data.synthetic world a synthetic source draws "
                    "from (default: the README main job, configs/tiny_cpu.toml)")
-    p.add_argument("--data", default=None, help="JSONL dataset or synthetic:<split>:<n> (default: data.eval)")
+    p.add_argument("--data", default=None, help="JSONL, synthetic:<split>:<n> or FORMAT:PATH (default: data.eval)")
     p.add_argument("--out", required=True, help="the copy's folder (test_2d.jsonl and img/ are written in it)")
     p.add_argument("--source", choices=TWO_D, default="COCO",
                    help="the CV-Bench 2D source the records are filed under (the table's row; both score alike)")
@@ -28,10 +28,12 @@ def run(args) -> int:
     from spatial_jax.cli.outputs import refuse_overwriting
     from spatial_jax.data.benchmarks.to_cvbench import write
     from spatial_jax.data.pipeline import open_source
+    from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
 
     cfg = load_job(args.config, args.overrides)
     data = args.data or cfg.data.eval
-    refuse_overwriting({"--out": args.out}, [args.config, data])
+    refuse_overwriting({"--out": args.out}, [args.config, *spec_paths(data)])
+    refuse_writing_into_copies({"--out": args.out}, data)
     n = write(open_source(data, cfg.data.synthetic), args.out, args.source)
     print(f"wrote {n} CV-Bench records of {data} to {args.out}")
     return 0

@@ -24,7 +24,7 @@ from spatial_jax.data import prompts
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.sample import DatasetError, Sample
-from spatial_jax.data.synthetic import SyntheticConfig, SyntheticSource
+from spatial_jax.data.synthetic import SyntheticConfig
 from spatial_jax.data.tokenizer import VIDEO_PAD, SpatialTokenizer
 from spatial_jax.data.tool_turns import encode_target, sft_target
 from spatial_jax.data.video_processing import (
@@ -43,7 +43,9 @@ SFT_TARGETS = ("method", "reference")  # DataConfig.sft_targets
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    """Where the data comes from and how it is batched; `train` / `eval` are JSONL paths or `synthetic:<split>:<n>`.
+    """Where the data comes from and how it is batched; `train` / `eval` are source specs (data/sources: a JSONL path,
+    `synthetic:<split>:<n>`, a published copy `FORMAT:PATH[:split]` or a `mix:` of them); columns renames a
+    layout's fields (`field=column`, e.g. `answer=answer_option_text_only`).
     `sft_train` is the SFT cold start's own source (its reference completions); empty means `train`. sft_targets:
     "method" trains on the method's own SFT targets where it builds them (AlloSpatial's tool-calling trajectories,
     methods/harness_targets.py), "reference" on every sample's reference completion (AlloSpatial without tools: the
@@ -56,6 +58,7 @@ class DataConfig:
     eval: str = "synthetic:heldout:200"
     sft_train: str = ""
     sft_targets: str = "method"
+    columns: tuple[str, ...] = ()
     synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
     bucket_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     seed: int = 0
@@ -72,7 +75,9 @@ class DataConfig:
         require("sft_targets", self.sft_targets, self.sft_targets in SFT_TARGETS, f"be one of {SFT_TARGETS}")
         for name in ("train", "eval"):
             require(name, getattr(self, name), bool(getattr(self, name)),
-                    "name a JSONL file or synthetic:<split>:<count>")
+                    "name a JSONL file, synthetic:<split>:<count> or FORMAT:PATH")
+        require("columns", self.columns, all(isinstance(c, str) and "=" in c for c in self.columns),
+                "be field=column entries")
 
     def training_source(self, mode: str) -> tuple[str, str]:
         """(field, source) a stage trains on: the SFT stage ("sft") reads sft_train when set, any other train."""
@@ -96,8 +101,8 @@ def train_iterator(
     if batch_size % processes:
         raise ValueError(f"{batch_size} rows do not split among {processes} processes")
     _, source = data.training_source(mode)
-    batches = make_dataset(open_source(source, data.synthetic), tokenizer, data, fmt, batch_size // processes,
-                           mode=mode, image_cfg=image_cfg)
+    samples = open_source(source, data.synthetic, columns=data.columns, seed=data.seed)
+    batches = make_dataset(samples, tokenizer, data, fmt, batch_size // processes, mode=mode, image_cfg=image_cfg)
     return DataIterator(batches if processes == 1 else batches[process::processes], data.read_threads)
 
 
@@ -109,23 +114,19 @@ def eval_iterator(
     image_cfg: Any = ImageProcessingConfig(),
 ) -> DataIterator:
     """The evaluation source once, in file order; the last batch may be smaller."""
-    return make_iterator(open_source(data.eval, data.synthetic), tokenizer, data, fmt, batch_size, shuffle=False,
+    samples = open_source(data.eval, data.synthetic, columns=data.columns, seed=data.seed)
+    return make_iterator(samples, tokenizer, data, fmt, batch_size, shuffle=False,
                          num_epochs=1, drop_remainder=False, image_cfg=image_cfg)
 
 
-def open_source(spec: str, synthetic_cfg: Any = None, check_images: bool = True) -> Sequence[Sample]:
-    """`path/to/data.jsonl`, or `synthetic:<split>:<num>` (split train or heldout) drawn from synthetic_cfg."""
-    if spec.startswith("synthetic:"):
-        parts = spec.split(":")
-        if len(parts) != 3 or not parts[2].isdigit():
-            raise DatasetError(f"synthetic source {spec!r} must read synthetic:<train|heldout>:<count>")
-        try:
-            return SyntheticSource(synthetic_cfg or SyntheticConfig(), parts[1], int(parts[2]))
-        except ValueError as e:
-            raise DatasetError(f"synthetic source {spec!r}: {e}") from None
-    from spatial_jax.data.jsonl import read_jsonl
+def open_source(spec: str, synthetic_cfg: Any = None, check_images: bool = True, columns: Sequence[str] = (),
+                seed: int = 0) -> Sequence[Sample]:
+    """The samples a source spec names: a JSONL path, `synthetic:<split>:<num>` drawn from synthetic_cfg, or a
+    published copy `FORMAT:PATH[:split]` / a mixture (data/sources: the one place specs are parsed). columns:
+    data.columns; seed: a mixture's draw."""
+    from spatial_jax.data.sources import open_spec
 
-    return read_jsonl(spec, check_images=check_images)
+    return open_spec(spec, synthetic_cfg, check_images, columns, seed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -85,7 +85,7 @@ def open_inputs(cfg: TrainConfig) -> None:
     so a broken one fails at start instead of after a stage; DatasetError names the key, the file and the line."""
     for key, spec in inputs(cfg).items():
         try:
-            source = open_source(spec, cfg.data.synthetic)
+            source = open_source(spec, cfg.data.synthetic, columns=cfg.data.columns, seed=cfg.data.seed)
             if len(source) == 0:
                 raise DatasetError(f"{spec} holds no sample")
             if not spec.startswith("synthetic:"):  # drawn in memory: nothing to decode

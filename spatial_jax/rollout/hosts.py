@@ -69,7 +69,7 @@ class HostShare:
                       max_samples: int, image_cfg: Any) -> Iterable[Batch]:
         """This process's share of the held-out samples (data.eval; the first max_samples of them, or all), in file
         order, in batches of its share of batch_size."""
-        source = open_source(data.eval, data.synthetic)
+        source = open_source(data.eval, data.synthetic, columns=data.columns, seed=data.seed)
         own = self.share(min(len(source), max_samples) if max_samples else len(source))
         if not own:
             return []

@@ -1,0 +1,219 @@
+"""What the layouts share: the column names a config may rename, and a row's question, options, gold answer and
+pictures turned into a Sample's fields, each failure one line naming file, row and field."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spatial_jax.data.sample import LETTERS, DatasetError, Sample, Video, not_a_file
+from spatial_jax.data.sources.rows import Row, ZipFiles
+from spatial_jax.records import brief
+
+# The method prompt formats' reference keys (data/prompts.py): a layout's own completion is each one's SFT target.
+REFERENCE_KEYS = ("spatialcore", "prosr", "spatialthinker", "allospatial")
+# Settings a `data.columns` entry may give besides column names.
+SETTINGS = ("image_dir", "video_fps")
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """A reader's settings: `columns` renames a layout's logical fields (`question=question_with_options`),
+    `base` is the folder relative media paths resolve against (`image_dir` overrides it), `check` whether files must
+    exist when a row is read, `members` an archive the media are read from."""
+
+    columns: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    base: Path = Path(".")
+    check: bool = True
+    members: ZipFiles | None = None
+    prefix: str = ""  # the members' folder inside the archive
+
+    def col(self, field: str, default: str) -> str:
+        return self.columns.get(field, default)
+
+    @property
+    def media_root(self) -> Path:
+        return Path(self.columns["image_dir"]) if "image_dir" in self.columns else self.base
+
+
+class OpenAnswer(DatasetError):
+    """A row whose gold is free text: counted as open-ended by `spatial-jax data check`, unusable for training."""
+
+
+def parse_columns(entries) -> dict[str, str]:
+    """`("question=problem", "image_dir=/data/img")` -> a dict; DatasetError for an entry that is no `key=value`."""
+    out = {}
+    for entry in entries:
+        key, sep, value = str(entry).partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise DatasetError(f"data.columns entry {entry!r} must read field=column")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def strip_markers(text: str) -> str:
+    """The question without `<image>` / `<video>` markers (the pipeline places the pictures itself)."""
+    return re.sub(r"[ \t]*<(image|video)>[ \t]*\n?", "", text).strip()
+
+
+_OPTION_LINE = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.*\S)\s*$")
+_INLINE = re.compile(r"(?:^|\s)\(?([A-H])[.)]\s")
+
+
+def split_options(text: str) -> tuple[str, tuple[str, ...]]:
+    """(question, option texts) of a question that lists its options: one `A. text` per line, or inline
+    `... A. x B. y`, lettered from A in order; (text, ()) when it lists none. An `Options:` line before them goes."""
+    lines = text.split("\n")
+    k = 0
+    while k < len(lines) and not (_OPTION_LINE.match(lines[k]) and _OPTION_LINE.match(lines[k]).group(1) == "A"):
+        k += 1
+    options = []
+    for line in lines[k:]:
+        m = _OPTION_LINE.match(line)
+        if not m or m.group(1) != LETTERS[len(options)]:
+            break
+        options.append(m.group(2))
+    if len(options) >= 2:
+        return _stem("\n".join(lines[:k])), tuple(options)
+    marks = list(_INLINE.finditer(text))
+    letters = [m.group(1) for m in marks]
+    if letters[:2] == ["A", "B"]:
+        n = next((i for i, c in enumerate(letters) if c != LETTERS[i]), len(letters))
+        cut = [m.start() if m.start() == 0 else m.start() + 1 for m in marks[:n]] + [len(text)]
+        texts = [text[a:b].strip() for a, b in zip(cut, cut[1:])]
+        return _stem(text[: cut[0]]), tuple(re.sub(r"^\(?[A-H][.)]\s*", "", t).strip() for t in texts)
+    return text.strip(), ()
+
+
+def _stem(text: str) -> str:
+    return re.sub(r"\s*(Options|Choices)\s*:\s*$", "", text.strip(), flags=re.IGNORECASE).strip()
+
+
+def option_texts(row: Row, raw: Any, field: str) -> tuple[str, ...]:
+    """A list of options as the copy writes them (`"A. left"` or `"left"`), as texts."""
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(o, str) for o in raw):
+        raise row.error(f"field '{field}' must be a list of option texts, got {brief(raw)}")
+    return tuple(re.sub(r"^\s*\(?[A-Z][.):]\s+", "", o).strip() for o in raw)
+
+
+def gold(row: Row, raw: Any, options: tuple[str, ...], field: str) -> tuple[str | float, str]:
+    """(answer, answer_type) as the rewards read it: an option letter when there are options (given as a letter,
+    `(B) text`, `B. text`, an index or the option's text), else a number. A gold that names no option, or an
+    open-ended text (no reward of this project scores free text), is an error naming the field."""
+    if isinstance(raw, str):
+        m = re.search(r"<answer>(.*?)</answer>", raw, re.S)
+        raw = (m.group(1) if m else raw).strip()
+    if options:
+        if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < len(options):
+            return LETTERS[raw], "choice"
+        if isinstance(raw, str):
+            m = re.fullmatch(r"\(?([A-Z])\)?(?:[.):]?\s+(.*))?\.?", raw, re.S)
+            if m and m.group(1) in LETTERS[: len(options)]:
+                return m.group(1), "choice"
+            plain = raw.strip().rstrip(".").lower()
+            hits = [k for k, o in enumerate(options) if o.strip().rstrip(".").lower() == plain]
+            if len(hits) == 1:
+                return LETTERS[hits[0]], "choice"
+        raise row.error(f"field '{field}' = {brief(raw)} is none of the {len(options)} options {brief(list(options))}")
+    number = _number(raw)
+    if number is None:
+        raise OpenAnswer(f"{row.where}: field '{field}' = {brief(raw)} is an open-ended answer (neither an option "
+                         "nor a number); no reward of this project scores free text")
+    if not math.isfinite(number) or number == 0:
+        raise row.error(f"field '{field}' = {brief(raw)}: a numeric gold must be finite and non-zero (MRA divides "
+                        "by it)")
+    return number, "number"
+
+
+def _number(raw: Any) -> float | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    if isinstance(raw, str):
+        try:
+            return float(raw.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def media(row: Row, value: Any, field: str, ctx: Context, what: str = "image") -> str | np.ndarray:
+    """One picture as the copy holds it: embedded bytes (a Hub `{bytes, path}` struct or raw bytes), decoded now; a
+    path, resolved against the media root (or read from the archive) and checked to exist."""
+    if isinstance(value, dict):
+        value = value.get("bytes") or value.get("path")
+    if isinstance(value, (bytes, bytearray)):
+        return decode(row, bytes(value), field, what)
+    if not isinstance(value, str) or not value:
+        raise row.error(f"field '{field}' holds no {what} (bytes or a path), got {brief(value)}")
+    if ctx.members is not None:
+        name = ctx.prefix + value.lstrip("/")
+        try:
+            return decode(row, ctx.members.read(name), field, what)
+        except KeyError:
+            raise row.error(f"field '{field}': {ctx.members.path} has no member {name}") from None
+    path = Path(value) if Path(value).is_absolute() else ctx.media_root / value
+    if ctx.check and not path.is_file():
+        raise row.error(f"field '{field}': {what} {path} {not_a_file(path)}")
+    return str(path)
+
+
+def decode(row: Row, data: bytes, field: str, what: str = "image") -> np.ndarray:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return np.asarray(im.convert("RGB"))
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise row.error(f"field '{field}': the embedded {what} cannot be decoded ({e})") from None
+
+
+def media_list(row: Row, raw: Any, field: str, ctx: Context) -> tuple:
+    """One picture or a list of them."""
+    items = raw if isinstance(raw, (list, tuple)) else [raw]
+    if not items:
+        raise row.error(f"field '{field}' lists no image")
+    return tuple(media(row, v, f"{field}[{k}]" if isinstance(raw, (list, tuple)) else field, ctx)
+                 for k, v in enumerate(items))
+
+
+def video(row: Row, raw: Any, field: str, ctx: Context) -> Video:
+    """A video file, or a list of frame files (taken at data.columns video_fps, default 2 a second: EasyR1's and
+    Qwen-VL's sampling rate)."""
+    if isinstance(raw, (list, tuple)) and len(raw) == 1 and isinstance(raw[0], str):
+        raw = raw[0]
+    if isinstance(raw, str):
+        return Video(path=media(row, raw, field, ctx, "video"))
+    if isinstance(raw, (list, tuple)) and raw:
+        try:
+            fps = float(ctx.columns.get("video_fps", 2.0))
+            return Video(frames=tuple(media(row, f, f"{field}[{k}]", ctx, "video frame") for k, f in enumerate(raw)),
+                         fps=fps)
+        except ValueError as e:  # a video_fps that is no positive number (DatasetError is a ValueError too)
+            raise row.error(f"field '{field}': {e}") from None
+    raise row.error(f"field '{field}' must be a video file or a list of frame files, got {brief(raw)}")
+
+
+def sample(row: Row, *, sid: Any, question: str, options: tuple[str, ...], answer: Any, answer_field: str,
+           pictures: tuple = (), clip: Video | None = None, category: str = "", reference: str | None = None,
+           meta: dict | None = None) -> Sample:
+    """The Sample of one row; its origin names the row for every later message."""
+    letter, kind = gold(row, answer, options, answer_field)
+    if not pictures and clip is None:
+        raise row.error("the row has no image and no video")
+    try:
+        return Sample(
+            id=str(sid), image=pictures[0] if len(pictures) == 1 else None, question=question,
+            options=options if kind == "choice" else (), answer=letter, answer_type=kind, category=category,
+            reference={k: reference for k in REFERENCE_KEYS} if reference else {}, meta=meta or {},
+            origin=row.where, images=pictures if len(pictures) > 1 else (), video=clip)
+    except DatasetError as e:
+        raise row.error(str(e)) from None

@@ -1,0 +1,88 @@
+"""A folder written by `datasets`' Dataset.save_to_disk (or DatasetDict.save_to_disk: `dataset_dict.json` and one
+such folder per split), read with pyarrow alone: `state.json` lists the Arrow files (`_data_files`, IPC streams),
+memory-mapped. The rows keep the columns of the set that was saved, so they are read by the layout those columns
+name: verl's (`reward_model`), STVQA-7K's (`answer_option_text`), LLaVA conversations (`conversations`), TRL's
+(`prompt` a chat list) or EasyR1's (`prompt` a string); `data.columns` layout=<name> says it outright.
+Columns: the chosen layout's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spatial_jax.data.sample import DatasetError
+from spatial_jax.data.sources import conversation, easyr1, stvqa7k, trl, verl
+from spatial_jax.data.sources import fields as F
+from spatial_jax.data.sources.rows import ArrowRows, Row, Source
+
+NAME = "hf-disk"
+LAYOUTS = ("verl", "stvqa7k", "conversation", "trl", "easyr1")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read ({e})") from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"{path}: expected a JSON object")
+    return data
+
+
+def split_folder(path: Path, split: str) -> Path:
+    """The folder of one saved Dataset: `path` itself, or a DatasetDict's split folder."""
+    if (path / "state.json").is_file():
+        return path
+    if (path / "dataset_dict.json").is_file():
+        splits = _read_json(path / "dataset_dict.json").get("splits", [])
+        split = split or ("train" if "train" in splits else (splits or [""])[0])
+        if split not in splits:
+            raise DatasetError(f"{path}: split {split!r} is none of the saved splits {splits}")
+        return path / split
+    raise DatasetError(f"{path}: no state.json or dataset_dict.json (a datasets save_to_disk folder)")
+
+
+def layout_of(row: Row, forced: str = "") -> str:
+    if forced:
+        if forced not in LAYOUTS:
+            raise DatasetError(f"data.columns layout={forced!r} is none of {list(LAYOUTS)}")
+        return forced
+    data = row.data if isinstance(row.data, dict) else {}
+    if "reward_model" in data:
+        return "verl"
+    if "answer_option_text" in data:
+        return "stvqa7k"
+    if "conversations" in data:
+        return "conversation"
+    if isinstance(data.get("prompt"), list):
+        return "trl"
+    if isinstance(data.get("prompt"), str):
+        return "easyr1"
+    raise row.error(f"columns {sorted(data)} match no known layout; name one with data.columns layout=<one of "
+                    f"{list(LAYOUTS)}>")
+
+
+def open_source(path: Path, split: str, ctx: F.Context) -> Source:
+    folder = split_folder(Path(path), split)
+    state = _read_json(folder / "state.json")
+    files = [folder / f.get("filename", "") for f in state.get("_data_files", []) if isinstance(f, dict)]
+    if not files:
+        raise DatasetError(f"{folder / 'state.json'}: lists no '_data_files'")
+    for f in files:
+        if not f.is_file():
+            raise DatasetError(f"{folder / 'state.json'}: names {f.name}, which is missing")
+    rows = ArrowRows(files)
+    ctx = F.Context(ctx.columns, folder, ctx.check)
+    forced = ctx.columns.get("layout", "")
+
+    def convert(row: Row):
+        kind = layout_of(row, forced)
+        if kind == "verl":
+            return verl.convert(row, ctx)
+        if kind == "stvqa7k":
+            return stvqa7k.convert(row, ctx, split or "train")
+        if kind == "conversation":
+            return conversation.convert(row, ctx, NAME, conversation.FIELDS)
+        return trl.convert(row, ctx) if kind == "trl" else easyr1.convert(row, ctx)
+
+    return Source(rows, convert, NAME)

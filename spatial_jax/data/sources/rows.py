@@ -1,0 +1,365 @@
+"""Row tables read lazily: a published copy's rows by index, each fetched only when asked for, so a source of any
+size holds only its index in memory (and one or two parquet row groups). Every row is named by file and line or row
+in the messages about it (`Row`).
+
+Parquet: the files' row-group sizes come from their footers; a row reads its row group (the last two are cached, so
+a pass in file order reads each group once). JSON lines: one pass over the file in 1 MiB chunks records where each
+non-blank line starts (8 bytes a row, 16 with its line number); a row is one positional read (os.pread, safe from
+grain's reading threads). Arrow (`datasets`'
+save_to_disk files): memory-mapped, a row is a one-row slice. A JSON list is parsed whole (it cannot be split without
+parsing it); archives are read member by member (`ZipFiles`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import threading
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spatial_jax.data.jsonl import MalformedJSON, parse_line
+from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.records import brief
+
+_WHITESPACE = np.array([9, 10, 13, 32], np.uint8)
+_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of a copy: its parsed fields and where it sits (`file:line` or `file row N`)."""
+
+    data: Any
+    where: str
+    index: int = 0  # the row's place in its source
+
+    def error(self, what: str) -> DatasetError:
+        return DatasetError(f"{self.where}: {what}")
+
+    def get(self, path: str, default: Any = None) -> Any:
+        """The field at a dotted path (`reward_model.ground_truth`); default when any step is missing or null."""
+        value = self.data
+        if not path:
+            return default
+        for key in path.split("."):
+            if not isinstance(value, dict) or value.get(key) is None:
+                return default
+            value = value[key]
+        return value
+
+    def need(self, path: str, kind: type | tuple[type, ...] = object) -> Any:
+        """The field at `path`, which must be present and of `kind`: else one line naming file, row and field."""
+        if not isinstance(self.data, dict):
+            raise self.error(f"expected an object, got {type(self.data).__name__}")
+        value = self.get(path)
+        if value is None:
+            raise self.error(f"missing field '{path}'")
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            raise self.error(f"field '{path}' must be {_kind(kind)}, got {brief(value)}")
+        return value
+
+
+def _kind(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+class Rows(Sequence[Row]):
+    """A table of rows by index; `files` are what it reads (the output guards compare them with outputs)."""
+
+    files: tuple[str, ...] = ()
+
+
+class ListRows(Rows):
+    """Rows already in memory (a JSON list), each named `file record N` (0-based, as the list indexes them)."""
+
+    def __init__(self, items: list, path: Path, what: str = "record"):
+        self.items, self.path, self.what, self.files = items, path, what, (str(path),)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return Row(self.items[i], f"{self.path} {self.what} {i % len(self)}", i % len(self))
+
+
+class ParquetRows(Rows):
+    """The rows of parquet files in order, a row group read when one of its rows is asked for."""
+
+    def __init__(self, files: Sequence[Path]):
+        import pyarrow.parquet as pq
+
+        self.files = tuple(str(f) for f in files)
+        groups = []  # (file index, row group, rows)
+        for k, f in enumerate(self.files):
+            try:
+                meta = pq.ParquetFile(f).metadata
+            except Exception as e:  # pyarrow raises ArrowInvalid / OSError subclasses for a damaged footer
+                raise DatasetError(f"{f}: cannot read the parquet file ({e})") from None
+            groups += [(k, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        self.groups = np.asarray([g[:2] for g in groups], np.int64).reshape(-1, 2)
+        self.starts = np.concatenate([[0], np.cumsum([g[2] for g in groups], dtype=np.int64)])
+        self._file_starts = {}
+        for (k, _), start in zip(self.groups, self.starts):
+            self._file_starts.setdefault(int(k), int(start))
+        self._cache: OrderedDict = OrderedDict()
+        self._handles: dict = {}
+        self._lock = threading.Lock()  # grain's reading threads share the cache
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getstate__(self):  # open file handles stay behind (a worker process opens its own)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_cache", "_handles", "_lock")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _cache=OrderedDict(), _handles={}, _lock=threading.Lock())
+
+    def _group(self, g: int):
+        import pyarrow.parquet as pq
+
+        with self._lock:
+            if g in self._cache:
+                return self._cache[g]
+            k, rg = (int(x) for x in self.groups[g])
+            try:
+                handle = self._handles.setdefault(k, pq.ParquetFile(self.files[k]))
+                group = handle.read_row_group(rg)
+            except Exception as e:
+                raise DatasetError(f"{self.files[k]}: cannot read row group {rg} ({e})") from None
+            self._cache[g] = group
+            while len(self._cache) > 2:
+                self._cache.popitem(last=False)
+            return group
+
+    def __getitem__(self, i):
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        g = int(np.searchsorted(self.starts, i, side="right")) - 1
+        row = self._group(g).slice(i - int(self.starts[g]), 1).to_pylist()[0]
+        k = int(self.groups[g][0])
+        return Row(row, f"{self.files[k]} row {i - self._file_starts[k]}", i)
+
+
+class ArrowRows(Rows):
+    """`datasets`' Arrow files (IPC streams, as save_to_disk writes them), memory-mapped."""
+
+    def __init__(self, files: Sequence[Path]):
+        self.files = tuple(str(f) for f in files)
+        self._tables = [None] * len(self.files)
+        self.starts = [0]
+        for f in self.files:
+            self.starts.append(self.starts[-1] + self._open(f).num_rows)
+
+    @staticmethod
+    def _open(f: str):
+        import pyarrow as pa
+
+        try:
+            source = pa.memory_map(f)
+            try:
+                return pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                return pa.ipc.open_file(source).read_all()
+        except Exception as e:
+            raise DatasetError(f"{f}: cannot read the Arrow file ({e})") from None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_tables": [None] * len(self.files)}
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, i):
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        k = int(np.searchsorted(self.starts, i, side="right")) - 1
+        j = i - self.starts[k]
+        if self._tables[k] is None:  # memory-mapped: a second mapping by a racing thread costs nothing
+            self._tables[k] = self._open(self.files[k])
+        return Row(self._tables[k].slice(j, 1).to_pylist()[0], f"{self.files[k]} row {j}", i)
+
+
+class JsonLines(Rows):
+    """A JSON-lines file: the start offset and line number of each non-blank line, found in one chunked pass."""
+
+    def __init__(self, path: Path):
+        self.path, self.files = Path(path), (str(path),)
+        starts, lines = [], []
+        offset, line_start, line_no, seen_at_start, seen = 0, 0, 1, 0, 0
+        try:
+            with open(self.path, "rb") as f:
+                for chunk in iter(lambda: f.read(_CHUNK), b""):
+                    a = np.frombuffer(chunk, np.uint8)
+                    # non-blank bytes counted within the chunk (int32: a chunk is 1 MiB); a line holds data when the
+                    # count at its break exceeds the count at its start
+                    filled = np.cumsum(~np.isin(a, _WHITESPACE), dtype=np.int32)
+                    breaks = np.flatnonzero(a == 10)
+                    if len(breaks):
+                        at_break = filled[breaks].astype(np.int64)
+                        first = np.concatenate([[seen_at_start - seen], at_break[:-1]])
+                        begin = np.concatenate([[line_start], offset + breaks[:-1] + 1])
+                        keep = at_break > first
+                        starts.append(begin[keep])
+                        lines.append(line_no + np.flatnonzero(keep))
+                        line_no += len(breaks)
+                        line_start, seen_at_start = offset + int(breaks[-1]) + 1, seen + int(at_break[-1])
+                    seen += int(filled[-1])
+                    offset += len(a)
+        except FileNotFoundError:
+            raise DatasetError(f"{self.path}: dataset file does not exist") from None
+        except OSError as e:
+            raise DatasetError(f"{self.path}: cannot read the dataset file: {e.strerror or e}") from None
+        if seen > seen_at_start:  # a last line without its line break
+            starts.append(np.asarray([line_start]))
+            lines.append(np.asarray([line_no]))
+        self.starts = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64)
+        self.lines = np.concatenate(lines).astype(np.int64) if lines else np.zeros(0, np.int64)
+        self.size = offset
+        self._fd = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fd": None}
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        start = int(self.starts[i])
+        end = int(self.starts[i + 1]) if i + 1 < len(self) else self.size  # blank lines between are whitespace
+        raw = os.pread(self._fd, end - start, start)
+        where = f"{self.path}:{int(self.lines[i])}"
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        try:
+            return Row(parse_line(raw.decode("utf-8")), where, i)
+        except UnicodeDecodeError as e:
+            raise DatasetError(f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
+        except MalformedJSON as e:
+            raise DatasetError(f"{where}: {e}") from None
+
+
+def json_list(path: Path) -> ListRows:
+    """A file holding one JSON list of records."""
+    try:
+        data = parse_line(Path(path).read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read the dataset file ({e})") from None
+    except MalformedJSON as e:
+        raise DatasetError(f"{path}: {e}") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
+    return ListRows(data, Path(path))
+
+
+def table(path: Path, split: str = "") -> Rows:
+    """A file or folder of rows by its kind: parquet (a file, or a folder's `*.parquet`, `data/<split>-*.parquet`
+    as the Hub lays splits out), `.jsonl`, `.json` (a list, or JSON lines), `.arrow`."""
+    path = Path(path)
+    if path.is_dir():
+        for pattern in ((f"data/{split}-*.parquet", f"{split}-*.parquet", f"{split}.parquet", f"{split}.jsonl",
+                         f"{split}.json", f"{split}/*.parquet") if split else ()) + (
+                            "data/*.parquet", "*.parquet", "*.jsonl"):
+            hits = sorted(path.glob(pattern))
+            if hits:
+                return table_of(hits)
+        raise DatasetError(f"{path}: no parquet or JSON-lines files" + (f" of split {split!r}" if split else ""))
+    if not path.exists():
+        raise DatasetError(f"{path}: dataset file does not exist")
+    return table_of([path])
+
+
+def table_of(files: Sequence[Path]) -> Rows:
+    suffix = Path(files[0]).suffix
+    if suffix == ".parquet":
+        return ParquetRows(files)
+    if suffix == ".arrow":
+        return ArrowRows(files)
+    if len(files) != 1:
+        return Concat([table_of([f]) for f in files])
+    if suffix == ".json":
+        with open(files[0], "rb") as f:
+            head = f.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+        return json_list(files[0]) if head.startswith(b"[") else JsonLines(files[0])
+    return JsonLines(files[0])
+
+
+class Concat(Rows):
+    def __init__(self, parts: Sequence[Rows]):
+        self.parts = list(parts)
+        self.files = tuple(f for p in parts for f in p.files)
+        self.starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, i):
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        k = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return dataclasses.replace(self.parts[k][i - int(self.starts[k])], index=i)
+
+
+class ZipFiles:
+    """Members of a zip archive by name, read when asked for; the handle is reopened in each process."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            with zipfile.ZipFile(self.path) as z:
+                self.names = set(z.namelist())
+        except (OSError, zipfile.BadZipFile) as e:
+            raise DatasetError(f"{self.path}: cannot read the zip archive ({e})") from None
+        self._zip = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_zip": None}
+
+    def read(self, name: str) -> bytes:
+        if name not in self.names:
+            raise KeyError(name)
+        if self._zip is None:
+            self._zip = zipfile.ZipFile(self.path)
+        return self._zip.read(name)
+
+    def open_text(self, name: str) -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(self.read(name)), encoding="utf-8-sig")
+
+
+class Source(Sequence[Sample]):
+    """A layout's rows as Samples, each converted when it is asked for (so an error names its row then)."""
+
+    def __init__(self, rows: Rows, convert: Callable[[Row], Sample], name: str):
+        self.rows, self.convert, self.name = rows, convert, name
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return self.rows.files
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return self.convert(self.rows[i])

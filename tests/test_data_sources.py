@@ -1,0 +1,313 @@
+"""Published training sets read as their authors publish them (spatial_jax/data/sources): every layout's tiny copy
+(tests/layout_copies.py, which says where a layout detail was inferred) shows its questions, options, gold and
+pictures as written; a broken row of each kind is named by file, row and field; rows stream through the grain
+pipeline (sharded, resumable); a mixture is drawn per seed; and one `train` run takes 2 SFT + 2 GRPO steps over
+every layout at once (one run, so the compiled programs are shared: its two batches of 9 per stage hold the 18
+rows of the 9 copies between them)."""
+
+import json
+import zipfile
+from pathlib import Path
+
+import layout_copies as L
+import numpy as np
+import pytest
+
+from spatial_jax.cli import main
+from spatial_jax.data import pipeline as P
+from spatial_jax.data.image_processing import ImageProcessingConfig
+from spatial_jax.data.prompts import THINK_BOXES
+from spatial_jax.data.sample import DatasetError
+from spatial_jax.data.sources import Mixture, open_spec, parse_spec
+from spatial_jax.data.sources.rows import JsonLines, ParquetRows
+
+IMG = ImageProcessingConfig(min_pixels=32 * 32, max_pixels=96 * 96)
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    return L.write_all(tmp_path_factory.mktemp("copies"), n=2)
+
+
+def _show(spec, capsys, n=2):
+    assert main(["data", "show", spec, "-n", str(n), "--json"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def _digest(paths_before):
+    return {p: p.stat().st_mtime_ns for p in paths_before}
+
+
+@pytest.mark.parametrize("layout", list(L.WRITERS))
+def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
+    spec, samples = copies[layout]
+    root = Path(parse_spec(spec).path)
+    folder = root if root.is_dir() else root.parent
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    before = _digest(files)
+    rows = _show(spec, capsys)
+    assert len(rows) == 2
+    for row, s in zip(rows, samples):
+        numeric = layout == "vsi590k" and row is rows[-1]
+        assert row["question"] == ("How many objects are in the room?" if numeric else s.question)
+        assert row["options"] == ([] if numeric else list(s.options))
+        assert row["answer"] == (2 if numeric else s.answer)
+        if layout == "vsi590k":
+            assert row["images"] == [] and row["video"] == {"frames": 4, "fps": 2.0}
+        else:
+            assert row["images"] == [{"width": 96, "height": 96}] * (2 if layout == "mindcube-train" else 1)
+            assert row["video"] is None
+    assert sorted(p for p in folder.rglob("*") if p.is_file()) == files and _digest(files) == before  # no writes
+
+
+def test_data_check_counts_rows(copies, capsys):
+    assert main(["data", "check", copies["vsi590k"][0]]) == 0
+    counts = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert counts == {"rows": 2, "ok": 2, "failed": 0, "multiple-choice": 1, "numeric": 1, "open": 0,
+                      "categories": {"object_counting": 1, "object_rel_direction_easy": 1}}
+
+
+def _rewrite_jsonl(path: Path, row: int, change) -> None:
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    change(rows[row])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _rewrite_parquet(path: Path, row: int, change) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(path).to_pylist()
+    change(rows[row])
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def test_check_names_each_broken_row_by_file_row_and_field(tmp_path, capsys):
+    """One broken row of each kind, in the layout where it is likeliest, each named by file, row and field."""
+    ss = L.samples(2)
+    cases = []
+    spec = L.stvqa7k(tmp_path / "st", ss)  # an answer that is no option
+    f = tmp_path / "st/data/train-00000-of-00001.parquet"
+    _rewrite_parquet(f, 1, lambda r: r.update(answer_option_text="(E) nowhere"))
+    cases.append((spec, f"{f} row 1: field 'answer_option_text' = '(E) nowhere' is none of the 4 options"))
+    spec = L.verl(tmp_path / "verl", ss)  # a missing field
+    f = tmp_path / "verl/train.parquet"
+    _rewrite_parquet(f, 0, lambda r: r.update(reward_model={"style": "rule", "ground_truth": None}))
+    cases.append((spec, f"{f} row 0: missing field 'reward_model.ground_truth'"))
+    spec = L.easyr1(tmp_path / "e", ss)  # an image file that is not there
+    (tmp_path / "e/media/1.png").unlink()
+    cases.append((spec, f"{tmp_path / 'e/train.jsonl'}:2: field 'images[0]': image {tmp_path / 'e/media/1.png'} "
+                        "does not exist"))
+    spec = L.trl(tmp_path / "t", ss)  # an embedded image that cannot be decoded
+    f = tmp_path / "t/data/train-00000-of-00001.parquet"
+    _rewrite_parquet(f, 0, lambda r: r.update(image={"bytes": b"not a png", "path": None}))
+    cases.append((spec, f"{f} row 0: field 'image': the embedded image cannot be decoded"))
+    spec = L.omnispatial_train(tmp_path / "o", ss)  # an archive member that is missing
+    z = tmp_path / "o/OmniSpatial-train.zip"
+    with zipfile.ZipFile(z) as src:
+        kept = {n: src.read(n) for n in src.namelist() if not n.endswith("/1.png")}
+    with zipfile.ZipFile(z, "w") as out:
+        for n, data in kept.items():
+            out.writestr(n, data)
+    cases.append((spec, f"{z}:OmniSpatial-train/data.json record 1: field 'id': {z} has no member "
+                        "OmniSpatial-train/Perspective_Taking/1.png"))
+    spec = L.vsi590k(tmp_path / "v", ss)  # a video that cannot be read
+    (tmp_path / "v/scannet/scene0000.mp4").write_bytes(b"\0" * 64)
+    cases.append((spec, f"{tmp_path / 'v/vsi_590k.jsonl'}:1: video {tmp_path / 'v/scannet/scene0000.mp4'}"))
+    spec = L.mindcube_train(tmp_path / "m", ss)  # a missing gold
+    f = tmp_path / "m/raw/MindCube_train.jsonl"
+    _rewrite_jsonl(f, 1, lambda r: r.pop("gt_answer"))
+    cases.append((spec, f"{f}:2: missing field 'gt_answer'"))
+    spec = L.spar7m(tmp_path / "s", ss)  # an open-ended answer: counted as open, not trainable
+    f = tmp_path / "s/spar_train.jsonl"
+    _rewrite_jsonl(f, 0, lambda r: r.update(conversations=[{"from": "human", "value": "<image>\nDescribe it."},
+                                                           {"from": "gpt", "value": "a red cube"}]))
+    cases.append((spec, f"{f}:1: field 'conversations[gpt]' = 'a red cube' is an open-ended answer"))
+    for spec, expected in cases:
+        assert main(["data", "check", spec]) == 1, spec
+        out = capsys.readouterr().out.splitlines()
+        counts = json.loads(out[0])
+        assert counts["rows"] == 2 and counts["failed"] == 1, (spec, counts)
+        assert len(out) == 2 and out[1].startswith(f"FAIL {expected}"), (out[1], expected)
+    assert json.loads(out[0])["open"] == 1
+    # training refuses the same rows before anything compiles (the trainer's preflight reads every row)
+    from spatial_jax import config as C
+    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.rl.train import open_inputs
+
+    cfg = C.load(TrainConfig, None, [f"run_dir={tmp_path / 'run'}", f"data.train={cases[0][0]}", "sft.steps=0"])
+    with pytest.raises(DatasetError, match=f"data.train: {f'{tmp_path}/st/data/train-00000-of-00001.parquet row 1'}"):
+        open_inputs(cfg)
+
+
+def test_unknown_format_and_spec_forms(tmp_path):
+    with pytest.raises(DatasetError, match=r"unknown data format 'parket' .*known: jsonl, synthetic, verl, easyr1, "
+                                           r"trl, hf-disk, stvqa7k, omnispatial-train, mindcube-train, spar7m, "
+                                           r"vsi590k, mix"):
+        open_spec("parket:/data/x")
+    assert parse_spec("data/stvqa_7k.jsonl").format == "jsonl"
+    assert parse_spec("stvqa7k:/d/STVQA-7K:val") == parse_spec("stvqa7k:/d/STVQA-7K:val")
+    s = parse_spec("stvqa7k:/d/STVQA-7K:val?question=question_with_options&answer=answer_option_text_only")
+    assert (s.path, s.split, s.columns) == ("/d/STVQA-7K", "val", ("question=question_with_options",
+                                                                   "answer=answer_option_text_only"))
+    assert parse_spec("omnispatial-train:/d/OmniSpatial-train.zip").split == ""
+    with pytest.raises(DatasetError, match="does not exist"):
+        open_spec(f"verl:{tmp_path / 'missing.parquet'}")
+    with pytest.raises(DatasetError, match="unknown fields \\['qestion'\\]"):
+        open_spec(f"verl:{tmp_path}", columns=("qestion=x",))
+    with pytest.raises(DatasetError, match="WEIGHT\\*SPEC"):
+        open_spec(f"mix:1*verl:{tmp_path}|-1*verl:{tmp_path}")
+
+
+def test_columns_rename_a_layouts_fields(copies, capsys):
+    """The authors' plain-GRPO baseline reads question_with_options / answer_option_text_only: the options inside
+    the question are split off, the gold read from the other column."""
+    spec, samples = copies["stvqa7k"]
+    rows = _show(spec.replace(":train", ":val") + "?question=question_with_options&answer=answer_option_text_only",
+                 capsys, n=5)
+    assert [(r["question"], r["options"], r["answer"]) for r in rows] == [
+        (samples[0].question, list(samples[0].options), samples[0].answer)]
+
+
+def test_rows_stream_by_line_and_row_group(tmp_path):
+    f = tmp_path / "x.jsonl"
+    f.write_bytes(b'\xef\xbb\xbf{"a": 1}\r\n\n  \n{"a": 2}\n{"a": 3}')
+    rows = JsonLines(f)
+    assert [r.data["a"] for r in rows] == [1, 2, 3] and [r.where for r in rows] == [f"{f}:1", f"{f}:4", f"{f}:5"]
+    L._parquet([{"k": i} for i in range(10)], tmp_path / "p.parquet", row_group_size=3)
+    table = ParquetRows([tmp_path / "p.parquet"])
+    order = np.random.default_rng(0).permutation(10)
+    assert [table[int(i)].data["k"] for i in order] == list(order) and len(table._cache) <= 2
+    # grain reads with 16 threads by default: rows are positional reads, the row-group cache is locked
+    import grain
+
+    L._jsonl([{"k": i, "pad": "x" * (i % 50)} for i in range(2000)], tmp_path / "many.jsonl")
+    L._parquet([{"k": i} for i in range(2000)], tmp_path / "many.parquet", row_group_size=100)
+    for rows in (JsonLines(tmp_path / "many.jsonl"), ParquetRows([tmp_path / "many.parquet"])):
+        ds = grain.MapDataset.source(rows).shuffle(seed=1).to_iter_dataset(grain.ReadOptions(num_threads=16))
+        assert sorted(r.data["k"] for r in ds) == list(range(2000))
+
+
+def test_a_layout_streams_through_the_pipeline_sharded_and_resumable(tmp_path):
+    """Two processes read disjoint blocks of each batch, and a restored iterator state yields the same batch."""
+    from spatial_jax.data.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    ss = L.samples(8)
+    spec = L.spar7m(tmp_path, ss)
+    data = P.DataConfig(train=spec, eval=spec, bucket_lengths=(256, 512))
+    whole = P.train_iterator(data, tok, THINK_BOXES, 4, image_cfg=IMG)
+    first = [r.id for r in next(whole).records]
+    halves = [P.train_iterator(data, tok, THINK_BOXES, 4, image_cfg=IMG, process=k, processes=2) for k in (0, 1)]
+    assert [r.id for h in halves for r in next(h).records] == first
+    state = whole.get_state()
+    want = [r.id for r in next(whole).records]
+    again = P.train_iterator(data, tok, THINK_BOXES, 4, image_cfg=IMG)
+    again.set_state(state)
+    assert [r.id for r in next(again).records] == want
+
+
+def test_mixture_is_drawn_per_seed_with_its_weights(tmp_path):
+    a = L.easyr1(tmp_path / "a", L.samples(12, seed=1))
+    b = L.spar7m(tmp_path / "b", L.samples(4, seed=2))
+    spec = f"mix:3*{a}|1*{b}"
+    ids = [[s.id for s in open_spec(spec, seed=seed)] for seed in (0, 0, 1)]
+    assert ids[0] == ids[1] != ids[2]
+    assert len(ids[0]) == 16 and sum(i.startswith("spar") for i in ids[0]) == 4  # 3:1
+    assert isinstance(open_spec(spec), Mixture)
+    # resumable: a restored grain iterator position continues the same draw
+    import grain
+
+    ONE = grain.ReadOptions(num_threads=0, prefetch_buffer_size=1)  # as DataIterator reads by default
+
+    def ids_of(it, n):
+        return [next(it).id for _ in range(n)]
+
+    it = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset(ONE))
+    ids_of(it, 7)
+    state, want = it.get_state(), ids_of(it, 12)
+    again = iter(grain.MapDataset.source(open_spec(spec, seed=1)).shuffle(seed=1).repeat(None).to_iter_dataset(ONE))
+    again.set_state(state)
+    assert ids_of(again, 12) == want
+
+
+@pytest.mark.slow
+def test_train_runs_sft_and_grpo_steps_on_every_layout(tmp_path):
+    """2 SFT + 2 GRPO steps of the tiny model over a mixture of all 9 copies (2 rows each): the source's 18 rows
+    shuffled fill the 2 batches of 9 of each stage, so every row of every layout is trained on in both (SFT on the
+    completion each copy holds or names with `?reference=`)."""
+    import grain
+
+    from spatial_jax import config as C
+    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.rl.train import train
+
+    copies = L.write_all(tmp_path / "copies", n=2)
+    mix = "mix:" + "|".join(f"1*{spec}" for spec, _ in copies.values())
+    cfg = C.load(TrainConfig, None, [
+        f"run_dir={tmp_path / 'run'}", "sft.steps=2", "sft.batch_size=9", "rl.steps=2", "rl.prompts_per_step=9",
+        "rl.group_size=2", "rl.sampling.max_new_tokens=8", "eval.after_sft=false", "eval.after_rl=false",
+        f"data.train={mix}", f"data.eval={mix}", "tensorboard=false", "progress=false",
+        "data.bucket_lengths=[256,512,1024]", "export_hf=false"])
+    source = open_spec(mix, seed=cfg.data.seed)
+    read = list(grain.MapDataset.source(source).shuffle(seed=cfg.data.seed)[:18])  # as train_iterator orders them
+    root = f"{tmp_path / 'copies'}/"
+    layouts = [s.origin[len(root):].split("/")[0] for s in read]
+    assert len(source) == 18 and sorted(layouts) == sorted(list(copies) * 2)
+    train(cfg)
+    for stage in ("sft", "rl"):
+        rows = [json.loads(x) for x in (tmp_path / "run" / stage / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows)
+
+
+WEIRD = [None, 0, 7, -1, 2.5, True, "", "x", "Z", "<image>", [], [1], ["a", "b"], {}, {"bytes": 3}, {"path": 5},
+         {"from": "gpt"}, "(B) x", "1e400"]
+
+
+def test_no_row_or_file_ends_in_a_traceback(tmp_path, capsys):
+    """Each field of a valid row of the JSON-lines layouts replaced by an odd value, and files of the other layouts
+    that are no such file: `data check` answers 0 or 1 with one line per failing row, never a traceback."""
+    ss = L.samples(1)
+    rng = np.random.default_rng(0)
+    for name in ("easyr1", "mindcube-train", "spar7m", "vsi590k"):
+        spec = L.WRITERS[name](tmp_path / name, ss)
+        path = next(p for p in (tmp_path / name).rglob("*.jsonl"))
+        good = json.loads(path.read_text().splitlines()[0])
+        rows = []
+        for key in good:
+            for value in rng.choice(np.array(WEIRD, dtype=object), 6, replace=False):
+                rows.append({**good, key: value})
+            rows.append({k: v for k, v in good.items() if k != key})
+        rows += [[good], "row", 5, None]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert main(["data", "check", spec]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert all(line.startswith(f"FAIL {path}:") for line in out[1:]) and len(out) > 1
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    for suffix in (".parquet", ".zip", ".jsonl", ".json", ".arrow"):
+        (garbage / f"x{suffix}").write_bytes(bytes(rng.integers(0, 256, 200, dtype=np.uint8)))
+    (garbage / "state.json").write_text('{"_data_files": [{"filename": "x.arrow"}]}')
+    for spec in (f"verl:{garbage / 'x.parquet'}", f"omnispatial-train:{garbage / 'x.zip'}", f"trl:{garbage / 'x.json'}",
+                 f"easyr1:{garbage / 'x.jsonl'}", f"hf-disk:{garbage}", f"stvqa7k:{garbage}:train",
+                 f"mix:1*verl:{garbage / 'x.parquet'}|1*easyr1:{garbage / 'x.jsonl'}"):
+        assert main(["data", "check", spec]) == 1, spec
+        err = capsys.readouterr().err
+        assert err.startswith("spatial-jax data") and "Traceback" not in err, (spec, err)
+
+
+def test_tools_read_a_layout_and_never_write_into_the_copy(tmp_path, capsys):
+    """filter-sft (as pseudo-gt, corrupt and to-cvbench) takes a spec; an output inside the copy's folder is refused
+    before anything is written."""
+    from spatial_jax.data.jsonl import read_jsonl
+
+    spec = L.stvqa7k(tmp_path / "st", L.samples(3))
+    kept = tmp_path / "out" / "kept.jsonl"
+    assert main(["filter-sft", "--input", spec, "--output", str(kept), "--method-key", "spatialthinker",
+                 "--report", str(tmp_path / "r.json")]) == 0
+    assert len(read_jsonl(kept)) == json.loads((tmp_path / "r.json").read_text())["kept"]
+    inside = tmp_path / "st" / "data" / "kept.jsonl"
+    assert main(["filter-sft", "--input", spec, "--output", str(inside)]) == 2
+    assert f"--output {inside} lies inside the copy" in capsys.readouterr().err and not inside.exists()
+    assert main(["to-cvbench", "--data", f"mix:1*{spec}|1*{spec}", "--out", str(tmp_path / "st" / "cv")]) == 2
+    assert not (tmp_path / "st" / "cv").exists()
