@@ -84,7 +84,7 @@ def world(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from spatial_jax.cli.outputs import check_room, new_files
+    from spatial_jax.cli.outputs import check_folder, check_room, new_files
     from spatial_jax.data.jsonl import write_jsonl
     from spatial_jax.data.synthetic import SyntheticSource, written_bytes
 
@@ -92,14 +92,12 @@ def run(args: argparse.Namespace) -> int:
         print("spatial-jax gen-data: --num-train and --num-eval must be >= 0", file=sys.stderr)
         return 2
     cfg, wanted = world(args)
+    check_folder(args.out, "--out")
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        print(f"spatial-jax gen-data: --out {out} is a file, not a folder", file=sys.stderr)
-        return 2
     check_room(out, sum(written_bytes(cfg, n) for n in wanted.values()), f"--out {out}: {sum(wanted.values())} samples")
     counts = {}
     try:
-        with new_files(out, "--out") as stage:
+        with new_files(args.out, "--out") as stage:
             stage.mkdir(parents=True)
             for split, num in wanted.items():
                 counts[split] = write_jsonl(SyntheticSource(cfg, split, num), stage / f"{split}.jsonl",

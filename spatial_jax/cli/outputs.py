@@ -146,6 +146,6 @@ def _move_in(stage: Path, out: Path, flag: str) -> None:
         for folder in reversed(made):
             folder.rmdir()
         if isinstance(e, FileExistsError):
-            raise ConfigError(f"{flag} {out} already holds {e.filename}, which this command did not write: name a "
-                              "new or empty folder") from None
+            raise ConfigError(f"{flag} {out} already holds {rel}, which this command did not write: name a new or "
+                              "empty folder") from None
         raise
