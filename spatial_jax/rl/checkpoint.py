@@ -5,9 +5,14 @@ and renames it when complete, so a run killed mid-save leaves only a tmp directo
 step and is deleted when the next Checkpointer opens the run. Once a step is committed, the first process writes
 the SHA-256 of each of its files to <step>/checksums.json (when the next save starts, or on wait / close), and
 `restore` checks them first: bytes changed in place, which orbax would read back as other numbers, are damage too (a
-step without the file, from before checksums or a kill right after its commit, is read unchecked). A checkpoint
+step without the file, from before checksums, a kill right after its commit or a deleted file, is read unchecked with
+a one-line warning: refusing it would refuse the resume after such a kill). A checkpoint
 damaged after the fact (a cut, missing or changed file) is skipped by `restore_newest` / `read_newest_meta`, which
 fall back to the newest one that reads back, and can be moved out of the way with `set_aside`.
+
+A reader (`Checkpointer(..., reader=True)`: eval, export, a resume's checks) opens the steps read-only: orbax's manager,
+opened to write, deletes every `*.orbax-checkpoint-tmp*` directory it finds, which would pull the step a training job
+is saving in the same run directory from under it.
 
 A save that fails (a full disk) raises SaveFailed, one line naming the step and the file-system error, when the
 next save starts or on wait / close; orbax's own logging of that error, a traceback per thread, is dropped.
@@ -82,13 +87,20 @@ def write_checksums(step_dir: Path) -> None:
     os.replace(tmp, step_dir / CHECKSUMS)
 
 
+_UNCHECKED: set[Path] = set()  # steps read without checksums, each said once
+
+
 def verify_checksums(step_dir: Path, item: str = "") -> None:
     """ChecksumMismatch naming the first file of the step (of its `item` folder alone, when given) whose bytes differ
     from its recorded SHA-256."""
     try:
         recorded = json.loads((step_dir / CHECKSUMS).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return  # written before checksums, or killed between the commit and the checksums: read unchecked
+    except FileNotFoundError:  # written before checksums, killed between the commit and the checksums, or deleted
+        if step_dir not in _UNCHECKED:
+            _UNCHECKED.add(step_dir)
+            print(f"spatial-jax: {step_dir} has no {CHECKSUMS} (a checkpoint from before checksums, cut off right "
+                  "after its commit, or the file was deleted): read unchecked", file=sys.stderr, flush=True)
+        return
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ChecksumMismatch(f"{step_dir / CHECKSUMS} does not read: {e}") from None
     for name, digest in sorted(recorded.items()):
@@ -154,10 +166,12 @@ class Checkpointer:
     max_to_keep: newest checkpoints kept (None keeps all).
     save_interval: `save` writes only when step % save_interval == 0 (or force=True).
     async_save: write in a background thread (call wait_until_finished before reading or exiting).
+    reader: read committed steps only, changing nothing on disk (no tmp directory removed, no folder created), so a
+    training job writing the same run directory meanwhile is never disturbed.
     """
 
     def __init__(self, run_dir: str | Path, max_to_keep: int | None = 3, save_interval: int = 1,
-                 async_save: bool = True):
+                 async_save: bool = True, reader: bool = False):
         if save_interval < 1:
             raise ValueError(f"save_interval must be >= 1, got {save_interval}")
         if max_to_keep is not None and max_to_keep < 1:
@@ -170,9 +184,10 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             save_interval_steps=1,  # the interval is applied in save(): orbax would also save the first step
-            cleanup_tmp_directories=True,
-            enable_async_checkpointing=async_save,
-            create=True,
+            cleanup_tmp_directories=not reader,
+            enable_async_checkpointing=async_save and not reader,
+            create=not reader,
+            read_only=reader,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=(_STATE, _META))
 
