@@ -15,7 +15,8 @@ opened to write, deletes every `*.orbax-checkpoint-tmp*` directory it finds, whi
 is saving in the same run directory from under it.
 
 A save that fails (a full disk) raises SaveFailed, one line naming the step and the file-system error, when the
-next save starts or on wait / close; orbax's own logging of that error, a traceback per thread, is dropped.
+next save starts or on wait / close; orbax's own logging of that error, a traceback per thread, and asyncio's of the
+same error in each of the save's other writes ("Task exception was never retrieved"), are dropped.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def _not_orbax_error(record: logging.LogRecord) -> bool:
     return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
+def _not_orbax_lost_task(record: logging.LogRecord) -> bool:
+    """False for asyncio's "Task exception was never retrieved" of a task of orbax's: when one write of a save fails
+    (a full disk), orbax's gather raises the first error and never collects the others', which asyncio logs, a
+    traceback each, when the task is collected (any time later, at exit at the latest)."""
+    if not str(record.msg).startswith("Task exception was never retrieved") or not record.exc_info:
+        return True
+    tb = record.exc_info[2]
+    while tb is not None:
+        if f"{os.sep}orbax{os.sep}" in tb.tb_frame.f_code.co_filename:
+            return False
+        tb = tb.tb_next
+    return True
+
+
 def _closed_loop_hook(previous):
     def hook(unraisable) -> None:
         e = unraisable.exc_value
@@ -73,9 +88,10 @@ def _quiet_orbax_errors() -> None:
     """Drops the errors orbax logs from its save threads (absl's logger), and tensorstore's tracebacks of the same
     failure once orbax's event loop is closed: the error is raised again on the next save, wait or close, where it
     becomes one SaveFailed line."""
-    logger = logging.getLogger("absl")
-    if _not_orbax_error not in logger.filters:
-        logger.addFilter(_not_orbax_error)
+    for name, drop in (("absl", _not_orbax_error), ("asyncio", _not_orbax_lost_task)):
+        logger = logging.getLogger(name)
+        if drop not in logger.filters:
+            logger.addFilter(drop)
     if not getattr(sys.unraisablehook, "quiets_closed_loop", False):
         sys.unraisablehook = _closed_loop_hook(sys.unraisablehook)
 
