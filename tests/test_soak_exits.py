@@ -56,7 +56,7 @@ def test_sigint_as_the_rl_stage_starts_exits_130(env, repeat, tmp_path):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
     assert "Traceback" not in err and "Fatal Python error" not in err, err[-3000:]
-    assert "spatial-jax train: interrupted at step " in err, err[-3000:]
+    assert "spatial-jax train: interrupted" in err, err[-3000:]  # "at step 0 of the rl stage", or before it
 
 
 def _small_files():
