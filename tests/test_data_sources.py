@@ -311,3 +311,28 @@ def test_tools_read_a_layout_and_never_write_into_the_copy(tmp_path, capsys):
     assert f"--output {inside} lies inside the copy" in capsys.readouterr().err and not inside.exists()
     assert main(["to-cvbench", "--data", f"mix:1*{spec}|1*{spec}", "--out", str(tmp_path / "st" / "cv")]) == 2
     assert not (tmp_path / "st" / "cv").exists()
+
+
+def test_a_layouts_digest_follows_its_rows_not_its_place(tmp_path):
+    """What a checkpoint and a pseudo-GT output record of their data: a changed row changes it, a moved copy or
+    another split's file does not (a JSONL file keeps its own SHA-256, as recorded before layouts existed)."""
+    import shutil
+
+    from spatial_jax.data.sources import spec_digest
+    from spatial_jax.digests import sha256
+
+    ss = L.samples(3)
+    spec = L.stvqa7k(tmp_path / "a", ss)
+    first = spec_digest(spec)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert spec_digest(spec.replace(str(tmp_path / "a"), str(tmp_path / "b"))) == first
+    assert spec_digest(spec.replace(":train", ":val")) != first
+    _rewrite_parquet(tmp_path / "b" / "data" / "val-00000-of-00001.parquet", 0, lambda r: r.update(rating=1))
+    assert spec_digest(spec.replace(str(tmp_path / "a"), str(tmp_path / "b"))) == first
+    _rewrite_parquet(tmp_path / "a" / "data" / "train-00000-of-00001.parquet", 1, lambda r: r.update(answer_only="D"))
+    assert spec_digest(spec) != first
+    mixed = spec_digest(f"mix:1*{spec}|2*{spec}")
+    assert mixed != spec_digest(f"mix:2*{spec}|1*{spec}")
+    assert spec_digest("synthetic:train:8") is None
+    (tmp_path / "rows.jsonl").write_text("{}\n")
+    assert spec_digest(str(tmp_path / "rows.jsonl")) == sha256(tmp_path / "rows.jsonl")

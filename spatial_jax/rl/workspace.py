@@ -24,7 +24,8 @@ from flax import nnx
 from spatial_jax.config import ConfigError, from_dict, to_dict
 from spatial_jax.data.pipeline import video_config
 from spatial_jax.data.processor_files import write_processor_configs
-from spatial_jax.digests import sha256
+from spatial_jax.data.sample import DatasetError
+from spatial_jax.data.sources import spec_digest
 from spatial_jax.distributed import barrier, is_primary
 from spatial_jax.models.hf_io import save_pretrained
 from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
@@ -87,12 +88,11 @@ def data_digest(cfg: TrainConfig, stage: str) -> dict[str, str]:
     the result as settings do. Empty for a synthetic source (the settings make it) or a file that does not read (the
     input check reports it)."""
     key, spec = stage_data(cfg, stage)
-    if spec.startswith("synthetic:"):
-        return {}
     try:
-        return {key: sha256(spec)}
-    except OSError:
+        digest = spec_digest(spec)
+    except (OSError, DatasetError):
         return {}
+    return {} if digest is None else {key: digest}
 
 
 def _check_same_data(cfg: TrainConfig, stage: str, meta: dict[str, Any], where: Path) -> None:
@@ -116,7 +116,7 @@ def check_resumable(cfg: TrainConfig) -> None:
         directory = Path(cfg.run_dir) / stage
         if steps == 0 or not (directory / "checkpoints").is_dir():
             continue
-        with Checkpointer(directory, async_save=False) as ck:
+        with Checkpointer(directory, async_save=False, reader=True) as ck:
             try:
                 step, meta, _ = ck.read_newest_meta()
             except (FileNotFoundError, CheckpointError):
@@ -143,7 +143,7 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     """Whether a stage of `run_dir` has a checkpoint (looked up without creating anything)."""
     for stage in STAGES:
         if (Path(run_dir) / stage / "checkpoints").is_dir():
-            with Checkpointer(Path(run_dir) / stage, async_save=False) as ck:
+            with Checkpointer(Path(run_dir) / stage, async_save=False, reader=True) as ck:
                 if ck.all_steps():
                     return True
     return False
@@ -298,7 +298,7 @@ class Workspace:
         for stage in reversed(STAGES):
             if not (self.run_dir / stage / "checkpoints").is_dir():  # opening one would create it
                 continue
-            with Checkpointer(self.run_dir / stage, async_save=False) as ck:
+            with Checkpointer(self.run_dir / stage, async_save=False, reader=True) as ck:
                 if not ck.all_steps():
                     continue
                 _, meta, _ = ck.read_newest_meta()

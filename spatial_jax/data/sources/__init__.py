@@ -23,6 +23,7 @@ written into the copy.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ from spatial_jax.data.sources import (
     vsi590k,
 )
 from spatial_jax.data.sources import fields as F
+from spatial_jax.digests import sha256
 
 READERS = {m.NAME: m.open_source for m in (verl, easyr1, trl, hf_disk, stvqa7k, omnispatial_train, mindcube_train,
                                             spar7m, vsi590k)}
@@ -157,6 +159,25 @@ def open_spec(spec: str, synthetic_cfg: Any = None, check_images: bool = True, c
     if not path.exists():
         raise DatasetError(f"{spec}: {path} does not exist")
     return READERS[s.format](path, s.split, F.Context(cols, path, check_images))
+
+
+def spec_digest(spec: str) -> str | None:
+    """SHA-256 of the rows a spec reads, which a checkpoint or a pseudo-GT output records (rows change a result as
+    settings do): a JSONL file's own digest (as recorded before layouts existed), for a layout its row files' names
+    and bytes with its format, split and columns (a moved copy is the same copy; images are not read), for a mixture
+    its parts' with their weights; None for the synthetic world, which its settings make."""
+    s = parse_spec(spec)
+    if s.format == "synthetic":
+        return None
+    if s.format == "jsonl":
+        return sha256(s.path)
+    if s.format == "mix":
+        parts = "|".join(f"{w}*{spec_digest(p)}" for w, p in parse_mixture(s.path))
+        return hashlib.sha256(parts.encode()).hexdigest()
+    h = hashlib.sha256(f"{s.format}:{s.split}?{'&'.join(s.columns)}".encode())
+    for f in sorted(open_spec(spec, check_images=False).files):
+        h.update(f"{Path(f).name}:{sha256(f)}\n".encode())
+    return h.hexdigest()
 
 
 def spec_paths(spec: str) -> list[str]:
