@@ -41,7 +41,8 @@ def test_smoke_one_seed_two_steps(tmp_path, capsys):
     assert rollout_gap.main(["--config", str(ROOT / "configs" / "tiny_random.toml"), "--seeds", "0", "--out",
                              str(out), "--results", str(results), *SMOKE]) == 0
     text = results.read_text()
-    assert rollout_gap.BEGIN in text and "| gap |d| mean |" in text and "trainer + TIS - sampler" in text
+    assert rollout_gap.BEGIN in text and "| gap mean abs(d) |" in text and "trainer + TIS - sampler" in text
+    assert "| first-call ratio max | " in text and "| old_logp forward s | n/a | n/a | " in text
     runs = {d: read_metrics(out / "seed0" / d / "rl" / "metrics.jsonl") for d, _ in rollout_gap.ARMS.values()}
     assert all(len(rows) == 2 for rows in runs.values())
     # bfloat16: the sampler's copy and the trainer differ; the trainer's pi_old puts the first call's ratio at 1

@@ -420,7 +420,7 @@ class Trainer(Workspace):
         olds, weights = samplers, [None] * n_micro
         if old_logp_forward(cfg):
             t0 = time.perf_counter()
-            olds = self.trainer_logprobs(self.trainable, seqs, temperature)
+            olds = jax.block_until_ready(self.trainer_logprobs(self.trainable, seqs, temperature))
             out["time/old_logp_s"] = time.perf_counter() - t0
         if rc.correction.enabled:
             tis, kept, corr = _corrected(olds, samplers, loss_masks, rc.correction)
