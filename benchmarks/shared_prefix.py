@@ -94,7 +94,7 @@ def main() -> None:
                 # fresh copies: rl_update donates the weights and optimiser state it is given
                 w, o = jax.tree.map(jnp.copy, trainable), jax.tree.map(jnp.copy, opt_state)
                 t0 = time.perf_counter()
-                _, _, loss, _ = rl_update(graphdef, w, frozen, o, run["data"], cfg.rl.loss, 1.0, tx, None)
+                _, _, loss, _, _ = rl_update(graphdef, w, frozen, o, run["data"], cfg.rl.loss, 1.0, tx, None)
                 loss = float(loss)
                 if i:
                     run["times"].append(time.perf_counter() - t0)

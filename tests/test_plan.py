@@ -291,3 +291,19 @@ def test_one_step_off_compiles_for_tpu_on_both_meshes(tmp_path, capsys):
     wide = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=8", "decode.devices=8", "rl.prompts_per_step=4"])
     with pytest.raises(ConfigError, match="span several: use decode.devices=0"):
         pl.rollout_mesh_devices(wide, pl.parse_target("v6e:4x4"))
+
+
+def test_the_trainer_old_logp_forward_is_planned_when_the_job_runs_it(tmp_path, capsys):
+    """rl.old_logp = trainer with a rollout correction adds the pi_old forward before the first optimiser call:
+    compiled for the trainer's mesh and estimated for a GPU; without a correction (one pass, no dropout) the first
+    pass's own forward is pi_old and nothing is added."""
+    trainer = ("rl.old_logp=trainer", "rl.correction.tis=token")
+    code, report, _ = _plan(tmp_path, capsys, "cpu:1", *trainer, programs=["old_logp_forward"])
+    assert code == 0
+    (forward,) = report["programs"]
+    assert forward["name"] == "old_logp_forward" and forward["what"] == "4 rollouts x (64 + 16) tokens"
+    assert forward["flops"] > 0 and forward["peak"] > 0
+    code, report, _ = _plan(tmp_path, capsys, "gpu:h100x8", *trainer)
+    assert code == 0 and "old_logp_forward" in {p["name"] for p in report["programs"]}
+    code, report, _ = _plan(tmp_path, capsys, "gpu:h100x8", "rl.old_logp=trainer")
+    assert code == 0 and "old_logp_forward" not in {p["name"] for p in report["programs"]}

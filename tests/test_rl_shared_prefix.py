@@ -90,7 +90,7 @@ def test_one_update_equals_the_whole_row_update(scan):
         graphdef, trainable, frozen = nnx.split(model, nnx.Param, ...)
         data_ = st.RLData(seq=seq, old_logp=old, ref_logp=jnp.zeros_like(old), advantages=adv,
                           normalizer=jnp.asarray(float(np.asarray(seq.target_mask).sum())))
-        new, _, loss, metrics = st.rl_update(graphdef, trainable, frozen, tx.init(trainable), data_, loss_cfg, 1.0,
+        new, _, loss, metrics, _ = st.rl_update(graphdef, trainable, frozen, tx.init(trainable), data_, loss_cfg, 1.0,
                                              tx, None)
         results.append((new, float(loss), float(metrics["grad_norm"])))
     (w1, l1, g1), (w2, l2, g2) = results

@@ -335,6 +335,8 @@ def test_the_loss_takes_log_probs_at_the_rollout_temperature(dense, tmp_path):
     assert row["loss/grad_norm"] > 1e-3
     assert abs(row["loss/ratio_mean"] - 1.0) < 1e-5 and row["loss/ratio_max"] < 1.0 + 1e-4, row
     assert row["loss/approx_kl_old"] < 1e-8, row
+    # every run logs the sampler-trainer gap (rl/rollout_correction.gap_metrics): float32 rounding here
+    assert 0 <= row["gap/abs_mean"] <= row["gap/abs_max"] < 1e-4 and abs(row["gap/kl"]) < 1e-8, row
 
 
 def test_cluster_is_joined_only_when_the_environment_asks():

@@ -96,7 +96,7 @@ def test_rl_trains_the_vision_adapters(trained):
         data = st.RLData(seq=seq, old_logp=old, ref_logp=old,
                          advantages=jnp.asarray([1.0, -1.0]),
                          normalizer=loss_denominator(seq.target_mask, cfg.rl.loss.aggregation))
-        params, _, _, metrics = st.rl_update(trainer.graphdef, params, trainer.frozen, tx.init(params), data,
+        params, _, _, metrics, _ = st.rl_update(trainer.graphdef, params, trainer.frozen, tx.init(params), data,
                                              cfg.rl.loss, 1.0, tx, None)
     moved = [k for k, v in _leaves(params, True).items() if not np.array_equal(v, vision0[k])]
     assert float(metrics["grad_norm"]) > 0 and any("lora_b" in k for k in moved)

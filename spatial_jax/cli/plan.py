@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hbm", type=float, default=None, metavar="GIB",
                    help="memory per chip to plan against (default: the chip's HBM; host devices have none)")
     p.add_argument("--program", action="append", default=None,
-                   choices=("rl_update", "reference_forward", "rollout_prefill", "rollout_decode", "sft_update"),
+                   choices=("rl_update", "reference_forward", "old_logp_forward", "rollout_prefill", "rollout_decode",
+                            "sft_update"),
                    help="compile only this program (repeatable; default: all the job runs)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. mesh.fsdp=4")
 

@@ -71,6 +71,7 @@ def policy_loss(
     k3_clamp: float = 10.0,
     ref_logp=None,
     entropy=None,
+    is_weights=None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Returns (loss as a float64 tensor with autograd to `logp` when it requires grad, metrics as floats)."""
     logp = logp if isinstance(logp, torch.Tensor) and logp.dtype == F64 else _as64(logp)
@@ -78,6 +79,7 @@ def policy_loss(
     keep = _as64(mask) > 0
     ref = None if ref_logp is None else _as64(ref_logp)
     ent = None if entropy is None else _as64(entropy)
+    weights = None if is_weights is None else _as64(is_weights)
     batch = logp.shape[0]
 
     row_losses, row_pg, row_counts = [], [], []
@@ -103,6 +105,8 @@ def policy_loss(
             pg = torch.minimum(pg, bound.expand_as(pg))
         elif dual_clip is not None:
             tokens["dual"].append(torch.zeros(n, dtype=F64))
+        if weights is not None:  # rollout correction (verl: pg_losses * rollout_is_weights, KL not weighted)
+            pg = pg * weights[i][sel]
         total = pg
         if ref is not None:
             k = kl_estimate(new_i - ref[i][sel], kl_estimator, k3_log_ratio_clamp, k3_clamp)

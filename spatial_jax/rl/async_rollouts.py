@@ -6,7 +6,9 @@ of the weights step k starts from (theta_k) samples the next batch, on a rollout
 decode.devices > 0 (the copy's refresh is the one weight transfer per step), while the trainer's mesh updates
 theta_k -> theta_k+1. Step k + 1 then trains on rollouts of theta_k: its importance ratio pi_theta / pi_old takes
 pi_old from the sampler's log-probs (one step stale), bounded by the loss's clip (rl/losses.py); the lag (1, or 0 on
-the first step and with rl.rollout_lag = 0) is logged per step as rollout/lag.
+the first step and with rl.rollout_lag = 0) is logged per step as rollout/lag. With rl.old_logp = "trainer" pi_old is
+the trainer's at theta_k+1 instead (verl's default), and the trainer keeps a copy of theta_k to split the gap between
+the sampler and the update into numerics (gap/numeric/*, theta_k on both sides) and staleness (gap/staleness/*).
 
 Resume: the checkpoint after step k holds theta_k+1, but step k + 1's rollouts came from theta_k. They are saved
 beside it (<stage>/pending/<step>.pkl, the file's SHA-256 in the checkpoint's meta, checked before it is read), so a

@@ -22,6 +22,7 @@ from spatial_jax.rewards.overlong import OverlongPenaltyConfig
 from spatial_jax.rl.dynamic_sampling import DynamicSamplingConfig
 from spatial_jax.rl.losses import LossConfig
 from spatial_jax.rl.optim import OptimConfig
+from spatial_jax.rl.rollout_correction import CorrectionConfig
 from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.decode_copy import DecodeConfig
 from spatial_jax.rollout.multiturn import required_cache_len
@@ -135,7 +136,15 @@ class RLConfig:
     thread while step k's update runs (rl/async_rollouts.py), on the decoding copy of the weights step k started
     from (on a rollout mesh of its own with decode.devices > 0); the loss's ratio is then taken against that
     behaviour policy's log-probs, one step stale. rollout_lag (one_step_off only): 1 overlaps as described; 0 starts
-    the next rollouts after the update, so nothing is stale and the run equals "sync" (the check of the pipeline)."""
+    the next rollouts after the update, so nothing is stale and the run equals "sync" (the check of the pipeline).
+    old_logp: where the loss's pi_old comes from: "sampler", the log-probs the sampler returned with the rollouts
+    (SPEC §6); "trainer", the trainer's at the step's starting weights, so the numerical gap between the decoding
+    copy and the trainer (bfloat16, other kernels) does not enter the PPO ratio as a policy change: the first
+    pass's own forward (its ratio is exactly 1) and, where pi_old is read outside it (correction, updates_per_batch
+    > 1, adapter dropout), one forward more before the first optimiser call (time/old_logp_s; `plan`'s
+    old_logp_forward). correction (old_logp = "trainer" only): verl's rollout
+    correction of the remaining pi_old / pi_sampler gap, truncated (TIS) or masked (MIS) importance sampling
+    (rl/rollout_correction.py). Every step logs the gap (gap/*, the sampler against the trainer's first forward)."""
 
     def __post_init__(self):
         check_range(self, "steps", 0, MAX_STEPS)
@@ -153,6 +162,9 @@ class RLConfig:
                 "be 0 or 1: one_step_off samples at most one step ahead of the update")
         require("rollout_lag", self.rollout_lag, self.rollout_mode == "one_step_off" or self.rollout_lag == 1,
                 f"keep its default with rollout_mode={self.rollout_mode!r}: it sets one_step_off's staleness")
+        require("correction", self.correction.tis + "/" + self.correction.mis,
+                not self.correction.enabled or self.old_logp == "trainer",
+                "stay off with old_logp='sampler': pi_old is then the sampler's own and every weight is 1")
         rollouts = self.prompts_per_step * self.group_size
         micro = self.micro_batch or self.mini_batch or rollouts
         calls = self.steps * self.updates_per_batch * max(1, rollouts // micro)
@@ -179,6 +191,8 @@ class RLConfig:
     checkpoint_every: int = 10
     rollout_mode: Literal["sync", "one_step_off"] = "sync"
     rollout_lag: int = 1
+    old_logp: Literal["sampler", "trainer"] = "sampler"
+    correction: CorrectionConfig = CorrectionConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,3 +378,16 @@ def check_context(cfg: TrainConfig, max_positions: int) -> None:
         if n > max_positions:
             raise ConfigError(f"{key}: sequences of up to {n} positions ({detail}) exceed the policy's context of "
                               f"{max_positions} positions (max_position_embeddings)")
+
+
+def old_logp_forward(cfg: TrainConfig) -> bool:
+    """Whether an RL step runs the trainer's pi_old forward before its first optimiser call (rl.old_logp =
+    "trainer"): where something reads pi_old before or after the first pass, i.e. the rollout correction, a second
+    pass (updates_per_batch > 1), adapter dropout (the first pass's own forward then draws dropout, pi_old does
+    not) or several updates per pass (rl.mini_batch below the batch). Otherwise the first update's own forward, at
+    the same weights, is pi_old and no forward is added."""
+    lora = cfg.policy.lora
+    dropout = lora.dropout > 0 and (lora.rank > 0 or lora.vision_rank > 0)
+    rc = cfg.rl
+    several = rc.updates_per_batch > 1 or 0 < rc.mini_batch < rc.prompts_per_step * rc.group_size
+    return rc.old_logp == "trainer" and (rc.correction.enabled or several or dropout)

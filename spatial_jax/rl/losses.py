@@ -198,6 +198,7 @@ def policy_loss(
     ref_logp: jax.Array | None = None,
     entropy: jax.Array | None = None,
     normalizer: jax.Array | float | None = None,
+    is_weights: jax.Array | None = None,
 ) -> tuple[jax.Array, Metrics]:
     """Clipped policy-gradient loss (SPEC §6) and its metrics.
 
@@ -210,6 +211,8 @@ def policy_loss(
       ref_logp: [B, T] log pi_ref (required when cfg.kl_coef > 0; if given with kl_coef == 0 it is only measured).
       entropy: [B, T] per-token entropy of pi_theta (required when cfg.entropy_coef > 0; else only measured).
       normalizer: denominator of the aggregation for micro-batching (see loss_denominator); None: this batch's.
+      is_weights: [B, T] rollout-correction weights (rl/rollout_correction.py, TIS) multiplying each token's
+        policy-gradient term after the clips, as verl applies them (not the KL or entropy terms); constant.
 
     Returns:
       (loss, metrics). metrics (all scalars, stop-gradient) are: loss, pg_loss, ratio_mean, ratio_max, the ratio's
@@ -220,7 +223,7 @@ def policy_loss(
       cfg.dual_clip is set, kl_ref when ref_logp is given and entropy when entropy is given. Fractions and
       means are over completion tokens (for GSPO each token carries its sequence's ratio).
     """
-    _check_shapes(logp, old_logp, advantages, mask, ref_logp=ref_logp, entropy=entropy)
+    _check_shapes(logp, old_logp, advantages, mask, ref_logp=ref_logp, entropy=entropy, is_weights=is_weights)
     if cfg.kl_coef > 0 and ref_logp is None:
         raise ValueError("kl_coef > 0 needs ref_logp (or set kl_coef = 0)")
     if cfg.entropy_coef > 0 and entropy is None:
@@ -248,6 +251,8 @@ def policy_loss(
         dual_active = (adv < 0) & (pg > cap)
         pg = jnp.where(adv < 0, jnp.minimum(pg, cap), pg)
         metrics["dual_clip_frac"] = masked_mean(dual_active.astype(dtype), m)
+    if is_weights is not None:
+        pg = pg * jnp.where(valid, jax.lax.stop_gradient(is_weights).astype(dtype), 0.0)
 
     token_loss = pg
     if ref_logp is not None:

@@ -43,7 +43,7 @@ from spatial_jax.kernels import pallas as pallas_kernels
 from spatial_jax.models import ModelConfig, Qwen3VL, get_rope_index, load_config, prepare_vision_inputs
 from spatial_jax.models.sharding import logical_to_spec, make_mesh, variable_names
 from spatial_jax.rl import step as st
-from spatial_jax.rl.config import TrainConfig, check_context, validate
+from spatial_jax.rl.config import TrainConfig, check_context, old_logp_forward, validate
 from spatial_jax.rl.optim import make_optimizer
 from spatial_jax.rl.policy import image_config, trainable_filter
 from spatial_jax.rollout import engine, sampler
@@ -227,10 +227,13 @@ def _seq_batch(mc, rows, prompt, completion, grid, group: int = 1):
     return st.make_seq_batch(mc, ids, mask, targets, np.ones_like(targets), pixels, grids, group=group)
 
 
-def _rl_data(seq, rows: int, completion: int) -> st.RLData:
+def _rl_data(seq, rows: int, completion: int, cfg: TrainConfig) -> st.RLData:
+    """The update's data as the trainer passes it (TIS weights and the first pass's own pi_old as configured)."""
     zeros = np.zeros((rows, completion), np.float32)
+    rc = cfg.rl
     return st.RLData(seq=seq, old_logp=zeros, ref_logp=zeros, advantages=np.zeros((rows,), np.float32),
-                     normalizer=np.float32(1.0))
+                     normalizer=np.float32(1.0), is_weights=zeros if rc.correction.tis != "off" else None,
+                     own_old=np.float32(1.0) if rc.old_logp == "trainer" else None)
 
 
 def _sft_seq(mc, rows, length, grid):
@@ -500,7 +503,7 @@ class Shapes:
         return cls(prompt, cache - prompt, rollouts, mini, cfg.rl.micro_batch or mini, cache)
 
 
-PROGRAMS = ("rl_update", "reference_forward", "rollout_prefill", "rollout_decode", "sft_update")
+PROGRAMS = ("rl_update", "reference_forward", "old_logp_forward", "rollout_prefill", "rollout_decode", "sft_update")
 
 
 def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | None = None) -> list[Program]:
@@ -526,6 +529,8 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | N
         run -= {"rl_update", "reference_forward", "rollout_prefill", "rollout_decode"}
     if rc.loss.kl_coef == 0:
         run.discard("reference_forward")
+    if not old_logp_forward(cfg):
+        run.discard("old_logp_forward")
     if cfg.sft.steps == 0:
         run.discard("sft_update")
     out: list[Program] = []
@@ -533,19 +538,23 @@ def programs(cfg: TrainConfig, mesh, only: tuple[str, ...] = (), host: tuple | N
     # as the trainer runs it: each prompt once for its G rollouts when the micro-batch holds whole groups
     group = rc.group_size if rc.shared_prefix and R % rc.group_size == 0 else 1
     seq = None
-    if run & {"rl_update", "reference_forward"}:
+    if run & {"rl_update", "reference_forward", "old_logp_forward"}:
         seq = _seq_batch(mc, R, shapes.prompt, shapes.completion, grid, group)
     what = f"{R} rollouts x ({shapes.prompt} + {shapes.completion}) tokens"
     if group > 1:
         what = f"{R // group} prompts x {shapes.prompt} + {R} completions x {shapes.completion} tokens (shared prefix)"
     if "rl_update" in run:
-        data = _rl_data(seq, R, shapes.completion)
+        data = _rl_data(seq, R, shapes.completion, cfg)
         args = (policy.graphdef, policy.trainable, policy.frozen, rl_opt, _batch_placed(data, mesh, R), rc.loss,
                 temperature, rl_tx, key)
         out.append(_measure(mesh, "rl_update", what, st.rl_update, args, reference))
     if "reference_forward" in run:
         args = (policy.graphdef, policy.trainable, policy.frozen, _batch_placed(seq, mesh, R), temperature)
         out.append(_measure(mesh, "reference_forward", what, st.reference_logprobs, args, _local_bytes(rl_opt, mesh)))
+    if "old_logp_forward" in run:  # rl.old_logp = "trainer": pi_old at the step's starting weights
+        args = (policy.graphdef, policy.trainable, policy.frozen, _batch_placed(seq, mesh, R), temperature)
+        out.append(_measure(mesh, "old_logp_forward", what, st.policy_logprobs, args,
+                            _local_bytes(rl_opt, mesh) + reference))
     if run & {"rollout_prefill", "rollout_decode"}:
         # while the copy samples, every chip still holds its shard of the trainer's state: the master weights,
         # Adam's state and the KL reference; a rollout mesh of its own (decode.devices) holds none of it
@@ -792,16 +801,19 @@ def estimate_gpu(cfg: TrainConfig, target: Target, remat: str | None = None) -> 
     if rc.steps > 0:
         R, T = shapes.micro_batch, shapes.prompt + shapes.completion
         what = f"{R} rollouts x ({shapes.prompt} + {shapes.completion}) tokens"
-        data = _rl_data(_seq_batch(mc, R, shapes.prompt, shapes.completion, grid), R, shapes.completion)
+        data = _rl_data(_seq_batch(mc, R, shapes.prompt, shapes.completion, grid), R, shapes.completion, cfg)
         out.append(update("rl_update", R, T, what, shapes.mini_batch > R, data, reference))
         sampling_resident = optimiser_bytes(shapes.rollouts > R) + reference
+        local = R / shards
+        forward = (local * T * t.hidden_size * b + _forward_working_set(mc, local, T, T, tensor)
+                   + _vision_bytes(mc, local, grid, False))
         if rc.loss.kl_coef > 0:
-            local = R / shards
-            temp = (local * T * t.hidden_size * b + _forward_working_set(mc, local, T, T, tensor)
-                    + _vision_bytes(mc, local, grid, False))
             resident = sampling_resident - reference
-            out.append(Program("reference_forward", what, weights, 0, 0, int(temp), int(weights + temp + resident),
-                               0.0, None, resident))
+            out.append(Program("reference_forward", what, weights, 0, 0, int(forward),
+                               int(weights + forward + resident), 0.0, None, resident))
+        if old_logp_forward(cfg):
+            out.append(Program("old_logp_forward", what, weights, 0, 0, int(forward),
+                               int(weights + forward + sampling_resident), 0.0, None, sampling_resident))
         # rollouts run on each host's decoding copy (rollout/decode_copy.py), the trainer's state resident meanwhile
         hosts = -(-cfg.mesh.size // GPUS_PER_HOST)
         local = cfg.mesh.size // hosts

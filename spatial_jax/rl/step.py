@@ -44,6 +44,11 @@ class RLData:
     ref_logp: jax.Array  # [R, N] (zeros when the KL term is off)
     advantages: jax.Array  # [R]
     normalizer: jax.Array  # scalar: the whole batch's loss denominator / micro-batches (losses.loss_denominator)
+    is_weights: jax.Array | None = None  # [R, N] rollout-correction (TIS) weights; None: no correction
+    # scalar, rl.old_logp = "trainer" only: 1 where this call's own forward (stop-gradient) is pi_old, on the first
+    # pass without dropout: the same function at the same weights as the recomputed old_logp, whose separate
+    # forward-only program XLA may round differently (1 ulp), so the first call's ratio is exactly 1
+    own_old: jax.Array | None = None
 
 
 def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pixel_values, image_grid_thw,
@@ -136,6 +141,13 @@ def target_logprobs(model, seq: SeqBatch, temperature: float, impl: str = "auto"
 
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
+def policy_logprobs(graphdef, trainable, frozen, seq: SeqBatch, temperature: float) -> jax.Array:
+    """log pi_theta of the targets at `temperature` with the weights as they are, adapters on and no dropout: the
+    trainer's pi_old (rl.old_logp = "trainer"), the same forward as the update's."""
+    return target_logprobs(_merged(graphdef, trainable, frozen, None), seq, temperature)[0]
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
 def reference_logprobs(graphdef, trainable, frozen, seq: SeqBatch, temperature: float) -> jax.Array:
     """log pi_ref with adapters switched off: with LoRA the frozen base (no second copy); without adapters the caller
     passes the weights the RL stage started from as `trainable`."""
@@ -164,21 +176,26 @@ def rl_loss(trainable, graphdef, frozen, data: RLData, cfg: LossConfig, temperat
     model = _merged(graphdef, trainable, frozen, rng)
     logp, ent = target_logprobs(model, data.seq, temperature)
     ref = data.ref_logp if cfg.kl_coef > 0 else None
-    return policy_loss(logp, data.old_logp, data.advantages, data.seq.target_mask, cfg, ref_logp=ref,
-                       entropy=ent, normalizer=data.normalizer)
+    old = data.old_logp
+    if data.own_old is not None:
+        old = jnp.where(data.own_old > 0, jax.lax.stop_gradient(logp), old)
+    loss, metrics = policy_loss(logp, old, data.advantages, data.seq.target_mask, cfg, ref_logp=ref,
+                                entropy=ent, normalizer=data.normalizer, is_weights=data.is_weights)
+    return loss, (metrics, jax.lax.stop_gradient(logp))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5, 6, 7), donate_argnums=(1, 3))
 def rl_update(graphdef, trainable, frozen, opt_state, data: RLData, cfg: LossConfig, temperature: float,
               tx: optax.GradientTransformation, rng):
-    """One optimiser call on one micro-batch; returns (trainable, opt_state, loss, metrics)."""
-    (loss, metrics), grads = jax.value_and_grad(rl_loss, has_aux=True)(
+    """One optimiser call on one micro-batch; returns (trainable, opt_state, loss, metrics, logp): logp [R, N] the
+    trainer's log-probs of this call's forward, before the update (the sampler-trainer gap is measured on them)."""
+    (loss, (metrics, logp)), grads = jax.value_and_grad(rl_loss, has_aux=True)(
         trainable, graphdef, frozen, data, cfg, temperature, rng
     )
     updates, opt_state = tx.update(grads, opt_state, trainable)
     trainable = optax.apply_updates(trainable, updates)
     metrics = dict(metrics, grad_norm=optax.tree.norm(grads))
-    return trainable, opt_state, loss, metrics
+    return trainable, opt_state, loss, metrics, logp
 
 
 def sft_objective(trainable, graphdef, frozen, seq: SeqBatch, rng):

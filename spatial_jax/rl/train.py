@@ -9,6 +9,7 @@ written or compiled the job checks its settings, its resume and every input it w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -32,11 +33,12 @@ from spatial_jax.rl import report
 from spatial_jax.rl import step as st
 from spatial_jax.rl.async_rollouts import Rolled, RolloutsAhead
 from spatial_jax.rl.checkpoint import Checkpointer
-from spatial_jax.rl.config import TrainConfig, overlong_max_length
+from spatial_jax.rl.config import TrainConfig, old_logp_forward, overlong_max_length
 from spatial_jax.rl.dynamic_sampling import fill
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule
+from spatial_jax.rl.rollout_correction import CorrectionConfig, gap_metrics, rollout_correction
 from spatial_jax.rl.workspace import (
     Workspace,
     check_resumable,
@@ -126,6 +128,9 @@ class Trainer(Workspace):
         # checkpointed data state counts them
         self.batches: DataIterator | None = None
         self.ahead = RolloutsAhead(self.run_dir / "rl" / "pending")  # rl.rollout_mode = "one_step_off"
+        # one_step_off with old_logp = trainer: by step, a copy of the trainable weights its rollouts are sampled
+        # from (one copy of the trainable state more), for the gap's split into numerics and staleness
+        self.behaviour: dict[int, Any] = {}
 
     def preflight(self) -> None:
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
@@ -289,6 +294,8 @@ class Trainer(Workspace):
         batch = next(self.batches)
         decoder = self.decoder()  # the copy is made here, before the update may donate the weights it reads
         version = step - self.cfg.rl.rollout_lag
+        if self.cfg.rl.old_logp == "trainer" and self.cfg.rl.rollout_lag == 1:
+            self.behaviour[step] = jax.tree.map(jnp.copy, self.trainable)
         self.ahead.start(lambda: self.roll_out(step, batch, sampling, decoder, version), before)
 
     def roll_out(self, step: int, batch: Batch, sampling, decoder: DecodeCopy | None, version: int) -> Rolled:
@@ -346,7 +353,8 @@ class Trainer(Workspace):
         adv = np.asarray(group_advantages(jnp.asarray(rewards), eq2.eps, eq2.std)).reshape(-1)
         t1 = time.perf_counter()
         opt_state, trained_out = self.update(rolled.step, comps, adv, tx, n_micro, opt_state,
-                                             sampling.temperature or 1.0, rolled.trained)
+                                             sampling.temperature or 1.0, rolled.trained,
+                                             self.behaviour.pop(rolled.step, None))
         t_train = time.perf_counter() - t1
         out: dict[str, Any] = dict(rolled.metrics)
         out.update(trained_out)
@@ -354,6 +362,8 @@ class Trainer(Workspace):
         out["rollout/lag"] = float(rolled.step - rolled.version)
         out["rollout_tokens_per_s"] = rolled.tokens / max(rolled.seconds, 1e-9)
         out["train_tokens_per_s"] = out.pop("train_tokens") / max(t_train, 1e-9)
+        out["time/rollout_s"] = rolled.seconds
+        out["time/update_s"] = t_train  # the whole update, the trainer's pi_old forward (time/old_logp_s) included
         return out, opt_state
 
     def decoder(self) -> DecodeCopy:
@@ -378,12 +388,20 @@ class Trainer(Workspace):
                        image_cfg=self.policy.image_cfg, hosts=self.hosts)
 
     def update(self, step: int, comps: Completions, adv: np.ndarray, tx, n_micro: int, opt_state,
-               temperature: float, trained: np.ndarray | None = None) -> tuple[Any, dict[str, Any]]:
+               temperature: float, trained: np.ndarray | None = None,
+               behaviour: Any = None) -> tuple[Any, dict[str, Any]]:
         """updates_per_batch passes over the rollouts, one optimiser update per mini-batch accumulated over its
         n_micro micro-batches (completion tokens only carry loss; prompts are masked, and so are rollouts that never
         stopped under overlong filtering and those `trained` [R] marks False: dynamic sampling's padding). Each
         optimiser call's clip fraction and ratio spread is logged as call<k>/..., k counting the step's calls from 1,
-        so a call that should be off-policy and sees ratio 1 shows."""
+        so a call that should be off-policy and sees ratio 1 shows.
+
+        pi_old is the sampler's log-probs or, with rl.old_logp = "trainer", the trainer's at the step's starting
+        weights (then rl.correction applies); the gap between the sampler's log-probs and the trainer's at those
+        weights is logged as gap/*. `behaviour`: the trainable weights the rollouts were sampled from where they are
+        not the current ones (one_step_off, old_logp = trainer), for the gap's split into gap/numeric/* (sampler vs
+        trainer at the sampler's weights) and gap/staleness/* (trainer at the sampler's weights vs the step's
+        starting weights)."""
         cfg, rc = self.cfg, self.cfg.rl
         mask = comps.mask
         if trained is not None:
@@ -392,21 +410,15 @@ class Trainer(Workspace):
             stopped = np.any((comps.tokens == self.tok.im_end_id) & (mask > 0), axis=1)
             mask = mask * stopped[:, None].astype(mask.dtype)
         context = getattr(comps, "context_mask", comps.mask)  # tool output is attended to, never trained on
-        mini = rl_batches(rc)[0]
-        micro = mini // n_micro
+        micro = rl_batches(rc)[0] // n_micro
         items, patches = comps.item_starts()
         # each prompt's images are encoded once per micro-batch; tool pictures make a group's rows' images differ
         share = not np.any(getattr(comps, "num_tool_pictures", 0))
         G = rc.group_size
         group = G if rc.shared_prefix and share and micro % G == 0 else 1
-        datas = []
+        seqs, samplers = [], []
         for m in range(len(adv) // micro):
             rows = slice(m * micro, (m + 1) * micro)
-            if m % n_micro == 0:
-                # each micro-batch divides by its mini-batch's denominator, so accumulating them equals one update
-                # on the whole mini-batch
-                normalizer = loss_denominator(jnp.asarray(mask[rows.start : rows.start + mini]),
-                                              rc.loss.aggregation) / n_micro
             seq = st.make_seq_batch(
                 self.policy.model.cfg, comps.prompt_ids[rows], comps.prompt_mask[rows], comps.tokens[rows],
                 context[rows], comps.pixel_values[patches[items[rows.start]] : patches[items[rows.stop]]],
@@ -415,34 +427,73 @@ class Trainer(Workspace):
                 row_group=np.arange(rows.start, rows.stop) // G if share else None,
                 row_image_counts=comps.image_counts[rows] if share else None, group=group,
             )
-            seq = st.shard_batch(seq, self.mesh)
+            seqs.append(st.shard_batch(seq, self.mesh))
+            samplers.append(st.shard_batch(jnp.asarray(comps.logprobs[rows], jnp.float32), self.mesh))
+        loss_masks = [seq.target_mask for seq in seqs]
+        out: dict[str, Any] = {}
+        olds, weights = samplers, [None] * len(seqs)
+        forward = old_logp_forward(cfg)
+        if forward:
+            t0 = time.perf_counter()
+            olds = jax.block_until_ready(self.trainer_logprobs(self.trainable, seqs, temperature))
+            out["time/old_logp_s"] = time.perf_counter() - t0
+        if rc.correction.enabled:
+            tis, kept, corr = _corrected(olds, samplers, loss_masks, rc.correction)
+            out.update({f"correction/{k}": float(v) for k, v in corr.items()})
+            if rc.correction.tis != "off":
+                weights = tis
+            if rc.correction.mis != "off":
+                seqs = [seq.replace(target_mask=k) for seq, k in zip(seqs, kept)]
+        datas = []
+        for m, seq in enumerate(seqs):
+            rows = slice(m * micro, (m + 1) * micro)
+            if m % n_micro == 0:
+                # each micro-batch divides by its mini-batch's denominator, so accumulating them equals one update
+                # on the whole mini-batch
+                normalizer = loss_denominator(jnp.concatenate([s.target_mask for s in seqs[m : m + n_micro]]),
+                                              rc.loss.aggregation) / n_micro
             if rc.loss.kl_coef > 0:
                 ref_weights = self.trainable if self.reference is None else self.reference
                 ref = st.reference_logprobs(self.graphdef, ref_weights, self.frozen, seq, temperature)
             else:
                 ref = jnp.zeros(seq.target_mask.shape, jnp.float32)
-            datas.append(st.RLData(seq=seq, old_logp=st.shard_batch(jnp.asarray(comps.logprobs[rows]), self.mesh),
-                                   ref_logp=st.shard_batch(ref, self.mesh),
+            datas.append(st.RLData(seq=seq, old_logp=olds[m], ref_logp=st.shard_batch(ref, self.mesh),
                                    advantages=st.shard_batch(jnp.asarray(adv[rows], jnp.float32), self.mesh),
-                                   normalizer=normalizer))
-        losses, loss_metrics = [], []
+                                   normalizer=normalizer, is_weights=weights[m]))
+        losses, loss_metrics, first = [], [], []
         calls = rc.updates_per_batch * len(datas)
         for epoch in range(rc.updates_per_batch):
             for m, data in enumerate(datas):
                 rng = _dropout_rng(cfg, 1, step * calls + epoch * len(datas) + m)
-                self.trainable, opt_state, loss, lm = st.rl_update(
+                if rc.old_logp == "trainer":
+                    # the first update's own forward runs at the step's starting weights: pi_old, ratio exactly 1
+                    data = data.replace(own_old=jnp.float32(epoch == 0 and m < n_micro and rng is None))
+                self.trainable, opt_state, loss, lm, logp = st.rl_update(
                     self.graphdef, self.trainable, self.frozen, opt_state, data, rc.loss, temperature, tx, rng
                 )
+                if epoch == 0 and m < n_micro:  # optax.MultiSteps applies the first update after its last micro-batch
+                    first.append(logp)
                 losses.append(float(loss))
                 loss_metrics.append({k: float(v) for k, v in lm.items()})
-        out: dict[str, Any] = {"loss": float(np.mean(losses))}
+        out["loss"] = float(np.mean(losses))
         for k in loss_metrics[0]:
             out[f"loss/{k}"] = float(np.mean([lm[k] for lm in loss_metrics]))
         for c, lm in enumerate(loss_metrics, 1):
             for k in ("clip_frac", "ratio_dev_max", "ratio_std"):
                 out[f"call{c}/{k}"] = lm[k]
+        # the trainer at the step's starting weights: its pi_old forward where it ran, else the first update's
+        start, n = (olds, len(seqs)) if forward else (first, n_micro)
+        out.update({f"gap/{k}": float(v) for k, v in _gap(start[:n], samplers[:n], loss_masks[:n]).items()})
+        if behaviour is not None:
+            then = self.trainer_logprobs(behaviour, seqs[:n], temperature)
+            out.update({f"gap/numeric/{k}": float(v) for k, v in _gap(then, samplers[:n], loss_masks[:n]).items()})
+            out.update({f"gap/staleness/{k}": float(v) for k, v in _gap(start[:n], then, loss_masks[:n]).items()})
         out["train_tokens"] = float(mask.sum()) * rc.updates_per_batch
         return opt_state, out
+
+    def trainer_logprobs(self, weights: Any, seqs: list[st.SeqBatch], temperature: float) -> list[jax.Array]:
+        """The trainer's log-probs of each micro-batch's targets under `weights` (no dropout)."""
+        return [st.policy_logprobs(self.graphdef, weights, self.frozen, seq, temperature) for seq in seqs]
 
     def evaluate(self, stage: str) -> dict[str, Any]:
         """Held-out evaluation after `stage`; cached in the run directory so a resumed job does not redo it."""
@@ -477,6 +528,19 @@ class Trainer(Workspace):
         cfg = self.cfg
         return self.hosts.eval_iterator(cfg.data, self.tok, self.method.prompt, cfg.eval.batch_size,
                                         cfg.eval.max_samples, self.policy.image_cfg)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _corrected(olds, samplers, masks, cfg: CorrectionConfig):
+    """rollout_correction over the whole batch (its metrics are the batch's), split back into micro-batches."""
+    w, kept, metrics = rollout_correction(jnp.concatenate(olds), jnp.concatenate(samplers), jnp.concatenate(masks),
+                                          cfg)
+    return jnp.split(w, len(olds)), jnp.split(kept, len(olds)), metrics
+
+
+@jax.jit
+def _gap(trainers, samplers, masks):
+    return gap_metrics(jnp.concatenate(trainers), jnp.concatenate(samplers), jnp.concatenate(masks))
 
 
 RUN_LOCK = "run.lock"
