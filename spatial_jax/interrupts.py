@@ -3,16 +3,21 @@ it stopped in one line, instead of dying mid-write (SIGTERM's default) or with a
 
 Within `raising()`, the first of the two signals raises Interrupted in the main thread; a second one, while the job
 cleans up, does what it would have done without us (a checkpoint cut short that way is never listed as a step).
+Python drops an exception raised where nothing can receive it (a garbage-collection callback such as jax's, a
+`__del__`) with an "Exception ignored" traceback, and the job would run on to its end with status 0: such a signal is
+kept, not printed, and raised again at the next `check()` (each step of a stage) or where `raising()` ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_pending: list[Interrupted] = []  # the signal raising() caught, until its context ends
 
 
 class Interrupted(KeyboardInterrupt):
@@ -44,6 +49,7 @@ def raising() -> Iterator[None]:
         yield
         return
     before = {s: signal.getsignal(s) for s in SIGNALS}
+    hook = sys.unraisablehook
 
     def restore() -> None:
         for s, was in before.items():
@@ -51,11 +57,26 @@ def raising() -> Iterator[None]:
 
     def handler(signum, frame):
         restore()
-        raise Interrupted(signum)
+        _pending.append(Interrupted(signum))
+        raise _pending[-1]
+
+    def unraisable(info) -> None:
+        if not isinstance(info.exc_value, Interrupted):  # ours is kept in _pending and raised by check()
+            hook(info)
 
     for s in SIGNALS:
         signal.signal(s, handler)
+    sys.unraisablehook = unraisable
     try:
         yield
+        check()
     finally:
         restore()
+        sys.unraisablehook = hook
+        _pending.clear()
+
+
+def check() -> None:
+    """Raises the signal raising() caught where it could not be raised (see the module doc); nothing otherwise."""
+    if _pending:
+        raise _pending.pop()

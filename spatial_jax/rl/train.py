@@ -25,7 +25,7 @@ from spatial_jax.data.pipeline import Batch, DataIterator, check_visuals, open_s
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
-from spatial_jax.interrupts import Interrupted
+from spatial_jax.interrupts import Interrupted, check
 from spatial_jax.locks import PidLock
 from spatial_jax.rewards.advantages import group_advantages
 from spatial_jax.rewards.overlong import overlong_penalties
@@ -209,6 +209,7 @@ class Trainer(Workspace):
             self.batches = it
             try:
                 for step in range(start, steps):
+                    check()  # a signal that came where it could not be raised (interrupts.py)
                     metrics, opt_state = step_fn(step, None if reads_batches else next(it), tx, opt_state)
                     metrics["lr"] = float(schedule(step * updates))
                     bar.update(writer.log(step + 1, metrics))
