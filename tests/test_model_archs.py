@@ -291,26 +291,25 @@ def test_load_balancing_loss_equals_transformers():
 
 def test_expert_lora_trains_and_merges():
     """Adapters on both expert projections: per-expert A [E, in, r], B [E, r, out]; merged weights compute the
-    same layer; they receive gradients (the router takes none)."""
-    from spatial_jax.models import LoRAConfig, LoRAParam, disable_adapters, merge_lora
+    same layer; they receive gradients (the router takes none); router logits are recorded on request."""
+    from spatial_jax.models import LoRAConfig, LoRAParam, merge_lora
 
     _, layer = _moe_pair(lora=LoRAConfig(rank=4, targets=("experts_gate_up", "experts_down")))
     gu, dn = layer.experts["gate_up_proj"], layer.experts["down_proj"]
     assert gu.lora_a[...].shape == (5, 32, 4) and dn.lora_b[...].shape == (5, 4, 32) and layer.gate.rank == 0
     x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 5, 32)), jnp.float32)
+    fwd = nnx.jit(lambda m: m(x))
     layer.record_router_logits = True  # what a trainer adding the load-balancing loss reads
-    base = layer(x)
+    base = fwd(layer)
     (logits,) = nnx.pop(layer, nnx.Intermediate)["router_logits"]
     np.testing.assert_allclose(np.asarray(logits), np.asarray(x.reshape(10, 32) @ layer.gate.kernel[...]), atol=TOL)
     layer.record_router_logits = False
     for e in (gu, dn):
         e.lora_b[...] = 0.1 * jnp.ones_like(e.lora_b[...])
-    adapted = layer(x)
+    adapted = fwd(layer)
     assert float(jnp.abs(adapted - base).max()) > 1e-3
-    with disable_adapters(layer):
-        np.testing.assert_array_equal(np.asarray(layer(x)), np.asarray(base))
-    np.testing.assert_allclose(np.asarray(merge_lora(layer)(x)), np.asarray(adapted), rtol=TOL, atol=TOL)
-    grads = nnx.grad(lambda m: jnp.sum(m(x) ** 2), argnums=nnx.DiffState(0, LoRAParam))(layer)
+    np.testing.assert_allclose(np.asarray(fwd(merge_lora(layer))), np.asarray(adapted), rtol=TOL, atol=TOL)
+    grads = nnx.jit(nnx.grad(lambda m: jnp.sum(m(x) ** 2), argnums=nnx.DiffState(0, LoRAParam)))(layer)
     assert all(float(jnp.abs(g[...]).sum()) > 0 for g in jax.tree.leaves(grads, is_leaf=lambda v: isinstance(
         v, nnx.Variable)))
 
@@ -333,3 +332,28 @@ def test_unknown_model_type_is_a_clear_error():
     with pytest.raises(ValueError, match="unsupported model_type 'llama'.*qwen2_5_vl"):
         ModelConfig.from_hf({"model_type": "llama"})
 
+
+
+def test_qwen2_5_image_processing_equals_transformers():
+    """Qwen2.5-VL's images: 28-pixel multiples (patch 14, merge 2), its released min / max pixels and CLIP
+    normalisation (preprocessor_config.json of Qwen2.5-VL-3B/7B-Instruct), 2-frame temporal patches: the registry's
+    values (what rl.policy.image_config builds on) give what transformers' Qwen2VLImageProcessorPil does."""
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from spatial_jax.data.image_processing import ImageProcessingConfig, preprocess
+    from spatial_jax.models.registry import architecture
+
+    hf = Qwen2VLImageProcessorPil(patch_size=14, temporal_patch_size=2, merge_size=2,
+                                  image_mean=[0.48145466, 0.4578275, 0.40821073],
+                                  image_std=[0.26862954, 0.26130258, 0.27577711],
+                                  size={"shortest_edge": 3136, "longest_edge": 12845056})
+    ours_cfg = ImageProcessingConfig(patch_size=14, **architecture("qwen2_5_vl").image_processing)
+    assert ours_cfg.factor == 28
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, size=hw + (3,), dtype=np.uint8)) for hw in ((37, 53), (90, 61))]
+    out = hf(images=images, return_tensors="np")
+    pixels, grids = preprocess(images, ours_cfg)
+    np.testing.assert_array_equal(grids, out["image_grid_thw"])
+    assert (grids[:, 1:] % 2 == 0).all() and grids[:, 0].tolist() == [1, 1]
+    np.testing.assert_allclose(pixels, out["pixel_values"], atol=1e-6)

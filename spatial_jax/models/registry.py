@@ -30,7 +30,10 @@ class Architecture:
     hf_class: the transformers class (config.json `architectures`); text_prefix / vision_prefix: where the decoder's
     and the tower's tensors sit in its checkpoints (Qwen2.5-VL's released files keep the older `model.` / `visual.`
     layout, which transformers still reads and writes). vision_tower(cfg, rngs=) builds the tower, which returns
-    (merged features, DeepStack features).
+    (merged features, DeepStack features). image_processing: the released preprocessor_config.json's values
+    (both use transformers' Qwen2VLImageProcessor rules; spatial_jax.data.image_processing.ImageProcessingConfig
+    fields): normalisation and the default pixel budget; the resize factor follows the vision config's patch and
+    merge sizes (28 for Qwen2.5-VL's 14-pixel patches, 32 for Qwen3-VL's 16).
     """
 
     model_type: str
@@ -40,6 +43,7 @@ class Architecture:
     config_from_hf: Callable[..., ModelConfig]
     config_to_hf: Callable[[ModelConfig, str | None], dict[str, Any]]
     vision_tower: Callable[..., Any]
+    image_processing: dict[str, Any]
 
 
 def _rope(t: dict) -> dict:
@@ -194,14 +198,19 @@ def _qwen2_5_to_hf(cfg: ModelConfig, torch_dtype: str | None) -> dict[str, Any]:
             "vision_config": vision}
 
 
+QWEN3_IMAGES = dict(image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5), min_pixels=65536, max_pixels=16777216)
+QWEN2_5_IMAGES = dict(image_mean=(0.48145466, 0.4578275, 0.40821073), image_std=(0.26862954, 0.26130258, 0.27577711),
+                      min_pixels=3136, max_pixels=12845056)
+
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a for a in (
         Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration", "model.language_model.", "model.visual.",
-                     _qwen3_from_hf, _qwen3_to_hf, VisionTower),
+                     _qwen3_from_hf, _qwen3_to_hf, VisionTower, QWEN3_IMAGES),
         Architecture("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration", "model.language_model.", "model.visual.",
-                     _qwen3_moe_from_hf, _qwen3_to_hf, VisionTower),
+                     _qwen3_moe_from_hf, _qwen3_to_hf, VisionTower, QWEN3_IMAGES),
         Architecture("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "model.", "visual.",
-                     _qwen2_5_from_hf, _qwen2_5_to_hf, WindowVisionTower),
+                     _qwen2_5_from_hf, _qwen2_5_to_hf, WindowVisionTower,
+                     QWEN2_5_IMAGES),
     )
 }
 
