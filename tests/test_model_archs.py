@@ -357,3 +357,35 @@ def test_qwen2_5_image_processing_equals_transformers():
     np.testing.assert_array_equal(grids, out["image_grid_thw"])
     assert (grids[:, 1:] % 2 == 0).all() and grids[:, 0].tolist() == [1, 1]
     np.testing.assert_allclose(pixels, out["pixel_values"], atol=1e-6)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+@pytest.mark.slow
+def test_paged_engine_greedy_equals_transformers_generate(pair):
+    """32 greedy tokens per row from the continuous-batching engine (paged KV, fewer slots than rows) equal
+    transformers' generate on a left-padded batch with one and two images per row and a text-only row."""
+    import dataclasses
+
+    from spatial_jax.rollout import SamplingConfig
+    from spatial_jax.rollout import engine as eng
+
+    _, hf, ours = pair
+    ids, mask, pixels, grids = image_batch(seed=4)
+    ids = np.concatenate([ids, ids[:1]])
+    mask = np.concatenate([mask, np.where(np.arange(ids.shape[1]) >= ids.shape[1] - 3, 1, 0)[None]])
+    ids[2, mask[2] == 0] = 5  # a text-only row (transformers counts image tokens under padding too)
+    n_new = 32
+    cfg = dataclasses.replace(SamplingConfig(temperature=0.0, max_new_tokens=n_new), engine="paged", slots=2,
+                              page_size=8, chunk=8, pages=12)
+    out = eng.generate(ours, ids, mask, cfg=cfg, pixel_values=pixels, image_grid_thw=grids,
+                       max_len=ids.shape[1] + n_new)
+    types = np.where(ids == IMG, 1, 0) * mask
+    with torch.no_grad():
+        ref = hf.generate(
+            input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+            pixel_values=torch.from_numpy(pixels), image_grid_thw=torch.from_numpy(grids),
+            mm_token_type_ids=torch.from_numpy(types), do_sample=False, max_new_tokens=n_new,
+            min_new_tokens=n_new, pad_token_id=0, eos_token_id=None, suppress_tokens=[IMG, VID])
+    np.testing.assert_array_equal(np.asarray(out.tokens), ref[:, ids.shape[1]:].numpy())
