@@ -35,9 +35,10 @@ Q25 = dict(
                 spatial_merge_size=2, out_hidden_size=32, window_size=16, fullatt_block_indexes=[1],
                 tokens_per_second=2),
 )
-# Qwen3-VL-MoE: 5 experts, top 2, layer 1 dense (mlp_only_layers) between two sparse ones.
+# Qwen3-VL-MoE: 5 experts, top 2, layer 1 dense (mlp_only_layers) between two sparse ones; gate_up square
+# ([E, 32, 32]: which layout a file holds is then told by its writer, not its shape).
 MOE = dict(
-    text=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, moe_intermediate_size=24, num_experts=5,
+    text=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_experts=5,
               num_experts_per_tok=2, mlp_only_layers=[1], num_hidden_layers=3, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16,
               rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3],
@@ -207,6 +208,24 @@ def test_export_loads_in_transformers(pair, tmp_path):
     b, _ = hf_run(back, ids, mask, pixels, grids)
     np.testing.assert_array_equal(a[mask > 0], b[mask > 0])  # float32 weights survive exactly
     assert max_err_real(forward(from_pretrained(tmp_path), ids, mask, pixels, grids), a, mask) < TOL
+
+
+def test_released_expert_layout_is_read(models, tmp_path):
+    """Qwen3-VL-MoE's released files (written before transformers 5) hold experts [E, in, out]: the same model
+    read from them, the square stacks included, as from transformers 5's [E, out, in]."""
+    from spatial_jax.models.hf_io import read_safetensors_header, read_tensor, write_safetensors
+
+    hf, ours = models["qwen3_vl_moe"]
+    hf.save_pretrained(tmp_path / "v5")
+    header, start = read_safetensors_header(tmp_path / "v5" / "model.safetensors")
+    tensors = {k: read_tensor(tmp_path / "v5" / "model.safetensors", header, start, k) for k in header}
+    tensors = {k: np.swapaxes(v, 1, 2) if ".experts." in k else v for k, v in tensors.items()}
+    (tmp_path / "old").mkdir()
+    write_safetensors(tmp_path / "old" / "model.safetensors", tensors)
+    config = json.loads((tmp_path / "v5" / "config.json").read_text())
+    (tmp_path / "old" / "config.json").write_text(json.dumps({**config, "transformers_version": "4.57.0"}))
+    ids, mask = text_batch()
+    np.testing.assert_array_equal(forward(from_pretrained(tmp_path / "old"), ids, mask), forward(ours, ids, mask))
 
 
 def test_window_ids_equal_transformers_windows():

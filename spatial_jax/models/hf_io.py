@@ -144,12 +144,14 @@ def hf_name(path: tuple, model_type: str = ModelConfig.model_type) -> str | None
     return arch.text_prefix + p
 
 
-def _to_ours(path: tuple, w: np.ndarray, shape: tuple) -> np.ndarray:
+def _to_ours(path: tuple, w: np.ndarray, shape: tuple, experts_swapped: bool = False) -> np.ndarray:
     """HF tensor -> our layout: Linear [out, in] -> [in, out]; Conv3d [D, C, t, p, p] -> [C*t*p*p, D]; lm_head T.
-    Expert stacks are ours as released ([E, D, 2I] and [E, I, D]); transformers' own save_pretrained writes them
-    with the last two axes swapped, which is read too (were those two equal, the released layout is assumed)."""
+    Expert stacks [E, in, out] are ours as released (Qwen3-VL-MoE's files: [E, D, 2I], [E, I, D]); transformers 5
+    saves them [E, out, in]. A shape tells the two apart unless in == out; then `experts_swapped` (the checkpoint
+    was written by transformers 5 or by save_pretrained here) decides."""
     if _is_expert(path):
-        if w.shape != shape and w.shape[-2:] == shape[:-3:-1]:
+        square = shape[-1] == shape[-2]
+        if (square and experts_swapped) or (not square and w.shape[-2:] == shape[:-3:-1]):
             w = np.swapaxes(w, -1, -2)
     elif path[-1] == "kernel":
         w = w.reshape(w.shape[0], -1).T
@@ -165,8 +167,8 @@ def _is_expert(path: tuple) -> bool:
 
 
 def _to_hf(path: tuple, w: np.ndarray, cfg: ModelConfig) -> np.ndarray:
-    if _is_expert(path):
-        return w
+    if _is_expert(path):  # transformers 5's layout, which it reads whatever the sizes (see _to_ours)
+        return jnp.swapaxes(w, -1, -2)
     if path[-1] == "kernel":
         w = w.T
         if path[:2] == ("visual", "patch_embed"):
@@ -226,6 +228,8 @@ def from_pretrained(
         remat=remat, attention_chunk=attention_chunk, remat_policy=remat_policy, scan_layers=scan_layers,
         attention_impl=attention_impl)
     reader = _CheckpointReader(path)
+    version = json.loads((path / "config.json").read_text()).get("transformers_version", "0")
+    experts_swapped = int(str(version).split(".")[0] or 0) >= 5
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed))))
 
     pdt = jnp.dtype(cfg.param_dtype)
@@ -236,7 +240,7 @@ def from_pretrained(
         if name not in reader:
             raise KeyError(f"checkpoint {path} lacks {name} (for {'.'.join(map(str, var_path))})")
         used.add(name)
-        return _to_ours(var_path, reader.get(name), shape).astype(pdt)
+        return _to_ours(var_path, reader.get(name), shape, experts_swapped).astype(pdt)
 
     leaves = []
     for var_path, var in nnx.to_flat_state(abstract):
@@ -272,7 +276,7 @@ def from_pretrained(
 def _hf_shape(path: tuple, shape: tuple, cfg: ModelConfig) -> tuple[int, ...]:
     """The shape `_to_hf` gives a tensor of our `shape` (known before any value is fetched)."""
     if _is_expert(path):
-        return tuple(shape)
+        return (*shape[:-2], shape[-1], shape[-2])
     if path[-1] == "kernel" and path[:2] == ("visual", "patch_embed"):
         v = cfg.vision
         return (v.hidden_size, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size)

@@ -172,7 +172,11 @@ def _qwen3_to_hf(cfg: ModelConfig, torch_dtype: str | None) -> dict[str, Any]:
     vision = {"model_type": f"{arch.model_type}_vision", **_vision_hf(cfg),
               "num_position_embeddings": v.num_position_embeddings,
               "deepstack_visual_indexes": list(v.deepstack_visual_indexes)}
-    return {**_common_hf(cfg, arch, torch_dtype), "text_config": text, "vision_config": vision}
+    out = {**_common_hf(cfg, arch, torch_dtype), "text_config": text, "vision_config": vision}
+    if t.num_experts:
+        # the expert stacks are written in transformers 5's layout (hf_io._to_hf): say so, for square ones
+        out["transformers_version"] = "5.0.0"
+    return out
 
 
 # ---------------------------------------------------------------- Qwen2.5-VL
