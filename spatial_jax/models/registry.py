@@ -195,6 +195,7 @@ def _qwen2_5_from_hf(hf: dict, **kw) -> ModelConfig:
 def _qwen2_5_to_hf(cfg: ModelConfig, torch_dtype: str | None) -> dict[str, Any]:
     v = cfg.vision
     text = {"model_type": "qwen2_5_vl_text", **_text_hf(cfg)}
+    del text["rope_parameters"]["mrope_interleaved"]  # not a Qwen2.5-VL key: its sections are contiguous
     tps = int(v.tokens_per_second) if float(v.tokens_per_second).is_integer() else v.tokens_per_second
     vision = {"model_type": "qwen2_5_vl_vision", **_vision_hf(cfg), "window_size": v.window_size,
               "fullatt_block_indexes": list(v.fullatt_block_indexes), "tokens_per_second": tps}
