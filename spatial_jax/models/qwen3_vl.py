@@ -1,5 +1,6 @@
-"""Qwen3-VL (vision tower + Qwen3 decoder) in Flax NNX, numerically equal to transformers 5.24's
-`Qwen3VLForConditionalGeneration` (images only; video inputs are not supported).
+"""The vision-language model (vision tower + decoder) in Flax NNX, numerically equal to transformers 5.25's
+`Qwen3VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration` and `Qwen3VLMoeForConditionalGeneration`
+(the registry's architectures; spatial_jax/models/registry.py builds each from its config.json).
 
 Public API (stable; sampling/ and rl/ build on it)
 ---------------------------------------------------
