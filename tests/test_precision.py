@@ -20,7 +20,8 @@ from spatial_jax.rl.config import MeshConfig, PolicyConfig, TrainConfig
 from spatial_jax.rl.optim import OptimConfig, make_optimizer
 from spatial_jax.rl.policy import build_mesh, build_policy
 
-RECIPES = ["spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_7b", "allospatial_4b"]
+RECIPES = ["spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_3b", "spatialthinker_7b",
+           "spatialthinker_30b", "allospatial_4b"]
 
 
 def _batch(model_cfg, rows=2, prompt=6, completion=10, seed=0):

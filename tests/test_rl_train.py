@@ -24,8 +24,8 @@ from spatial_jax.rl.workspace import Workspace
 from spatial_jax.testing import dense_methods
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ["tiny_cpu", "tiny_random", "spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_7b",
-           "allospatial_4b"]
+RECIPES = ["tiny_cpu", "tiny_random", "spatialcore_8b", "spatialcore_4b", "prosr_8b", "spatialthinker_3b",
+           "spatialthinker_7b", "spatialthinker_30b", "allospatial_4b"]
 
 # A job small enough for a test: no SFT, a few prompts, short completions, no evaluation.
 TINY = [

@@ -1,4 +1,5 @@
-"""The Qwen3-VL policy in Flax NNX, LoRA, Hugging Face checkpoints in and out, sharding rules.
+"""The policy in Flax NNX (Qwen3-VL, Qwen2.5-VL, Qwen3-VL-MoE: spatial_jax/models/registry.py), LoRA, Hugging Face
+checkpoints in and out, sharding rules.
 
 See spatial_jax/models/qwen3_vl.py for the public API; `from_pretrained` / `save_pretrained` mirror transformers'.
 """

@@ -25,12 +25,16 @@ ATTENTION_IMPLS = ("auto", "xla", "splash", "cudnn", "pallas")
 VISION_BUCKETS = (64, 256, 1024, 4096, 16384)
 
 LORA_TEXT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LORA_VISION_TARGETS = ("qkv", "proj", "linear_fc1", "linear_fc2")
+# the vision MLP's projections are linear_fc1/2 in Qwen3-VL's tower and gate/up/down_proj in Qwen2.5-VL's
+LORA_VISION_TARGETS = ("qkv", "proj", "linear_fc1", "linear_fc2", "gate_proj", "up_proj", "down_proj")
+# LoRA on the experts of a MoE layer: their fused gate/up and down projections (spatial_jax.models.moe)
+LORA_EXPERT_TARGETS = ("experts_gate_up", "experts_down")
 
 
 @dataclasses.dataclass(frozen=True)
 class TextConfig:
-    """The Qwen3 decoder (HF `text_config`)."""
+    """The decoder (HF `text_config`): Qwen3 by default; Qwen2.5-VL's has q/k/v biases, no q/k norm and contiguous
+    M-RoPE sections; Qwen3-VL-MoE's replaces the MLP of its sparse layers by `num_experts` routed experts."""
 
     vocab_size: int = 151936
     hidden_size: int = 4096
@@ -44,8 +48,33 @@ class TextConfig:
     rms_norm_eps: float = 1e-6
     attention_bias: bool = False
     max_position_embeddings: int = 262144
+    # Qwen2.5-VL: biases on q/k/v only (attention_bias puts them on all four projections), no per-head q/k RMSNorm,
+    # and the rotary frequencies split into contiguous (t, h, w) runs instead of Qwen3-VL's interleaving.
+    qkv_bias: bool = False
+    qk_norm: bool = True
+    mrope_interleaved: bool = True
+    # Mixture of experts (0 experts: every layer dense). Layer i is sparse when i is not in mlp_only_layers and
+    # (i + 1) % decoder_sparse_step == 0 (HF Qwen3VLMoeTextDecoderLayer). router_aux_loss_coef scales the
+    # load-balancing loss (Switch Transformer eq. 4) when a trainer asks for it.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    router_aux_loss_coef: float = 0.0
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether decoder layer `layer` holds routed experts instead of the dense MLP."""
+        return (self.num_experts > 0 and layer not in self.mlp_only_layers
+                and (layer + 1) % self.decoder_sparse_step == 0)
 
     def __post_init__(self):
+        check_non_negative(self, "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                           "router_aux_loss_coef")
+        if self.num_experts:
+            check_at_least(self, num_experts_per_tok=1, moe_intermediate_size=1, decoder_sparse_step=1)
+            require("num_experts_per_tok", self.num_experts_per_tok, self.num_experts_per_tok <= self.num_experts,
+                    f"be at most num_experts={self.num_experts}")
         check_at_least(self, vocab_size=1, hidden_size=1, intermediate_size=1, num_hidden_layers=1,
                        num_attention_heads=1, num_key_value_heads=1, head_dim=1, max_position_embeddings=1)
         check_positive(self, "rope_theta", "rms_norm_eps")
@@ -74,9 +103,25 @@ class VisionConfig:
     num_position_embeddings: int = 2304
     deepstack_visual_indexes: tuple[int, ...] = (8, 16, 24)
     rope_theta: float = 10000.0
-    hidden_act: Literal["gelu_pytorch_tanh", "gelu"] = "gelu_pytorch_tanh"
+    hidden_act: Literal["gelu_pytorch_tanh", "gelu", "silu"] = "gelu_pytorch_tanh"
+    # Qwen2.5-VL's windowed tower: blocks not in fullatt_block_indexes attend within windows of window_size pixels
+    # (0: every block attends over the whole frame); tokens_per_second spaces a video's temporal positions.
+    window_size: int = 0
+    fullatt_block_indexes: tuple[int, ...] = ()
+    tokens_per_second: float = 0.0
+
+    @property
+    def merge_window(self) -> int:
+        """A window's side in merged tokens (HF vit_merger_window_size); 0 without windows."""
+        return self.window_size // self.spatial_merge_size // self.patch_size
 
     def __post_init__(self):
+        check_non_negative(self, "window_size", "tokens_per_second")
+        if self.window_size:
+            require("window_size", self.window_size, self.merge_window >= 1,
+                    f"be at least spatial_merge_size * patch_size = {self.spatial_merge_size * self.patch_size}")
+        require("fullatt_block_indexes", self.fullatt_block_indexes,
+                all(0 <= i < self.depth for i in self.fullatt_block_indexes), f"lie in [0, depth={self.depth})")
         check_at_least(self, depth=1, hidden_size=1, intermediate_size=1, num_heads=1, in_channels=1, patch_size=1,
                        temporal_patch_size=1, spatial_merge_size=1, out_hidden_size=1, num_position_embeddings=1)
         check_positive(self, "rope_theta")
@@ -112,7 +157,8 @@ class LoRAConfig:
         check_non_negative(self, "rank", "vision_rank")  # 0: no adapters
         check_positive(self, "alpha", "vision_alpha")
         check_range(self, "dropout", 0.0, 1.0, high_open=True)
-        for name, known in (("targets", LORA_TEXT_TARGETS), ("vision_targets", LORA_VISION_TARGETS)):
+        for name, known in (("targets", LORA_TEXT_TARGETS + LORA_EXPERT_TARGETS),
+                            ("vision_targets", LORA_VISION_TARGETS)):
             unknown = sorted(set(getattr(self, name)) - set(known))
             require(name, getattr(self, name), not unknown, f"name only layers of {known} (unknown: {unknown})")
 
@@ -130,8 +176,10 @@ class LoRAConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Whole Qwen3-VL policy: decoder, vision tower, special tokens, adapters and dtypes."""
+    """Whole policy: decoder, vision tower, special tokens, adapters and dtypes. `model_type` is the checkpoint's
+    (HF config.json), the key of spatial_jax.models.registry, which alone tells architectures apart."""
 
+    model_type: str = "qwen3_vl"
     text: TextConfig = TextConfig()
     vision: VisionConfig = VisionConfig()
     lora: LoRAConfig = LoRAConfig()
@@ -165,6 +213,9 @@ class ModelConfig:
         require("vision_buckets", buckets, len(buckets) > 0 and list(buckets) == sorted(set(buckets))
                 and all(isinstance(b, int) and b > 0 and b % m2 == 0 for b in buckets),
                 f"be a non-empty increasing tuple of positive multiples of spatial_merge_size**2 = {m2}")
+        sparse = {self.text.is_sparse(i) for i in range(self.text.num_hidden_layers)}
+        require("scan_layers", self.scan_layers, not (self.scan_layers and len(sparse) > 1),
+                "be false when dense and MoE decoder layers mix (a scan stacks layers of one structure)")
         require("remat_policy", self.remat_policy, self.remat_policy in REMAT_POLICY_NAMES,
                 f"be one of {REMAT_POLICY_NAMES}")
         require("vision.out_hidden_size", self.vision.out_hidden_size,
@@ -236,78 +287,14 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, hf: dict[str, Any], *, lora: LoRAConfig = LoRAConfig(), dtype: DType = "float32",
                 param_dtype: DType | None = None) -> ModelConfig:
-        """Builds the config from a Qwen3-VL `config.json` dict (accepts `rope_parameters` or legacy `rope_scaling`)."""
-        if hf.get("model_type") not in (None, "qwen3_vl"):
-            raise ValueError(f"unsupported model_type {hf.get('model_type')!r}; expected 'qwen3_vl'")
-        t = dict(hf.get("text_config") or {})
-        v = dict(hf.get("vision_config") or {})
-        if not t or not v:
-            raise ValueError("config.json needs both text_config and vision_config")
-        rope = dict(t.get("rope_parameters") or t.get("rope_scaling") or {})
-        if rope.get("rope_type", rope.get("type", "default")) not in ("default", "mrope"):
-            raise ValueError(f"unsupported text rope type {rope.get('rope_type')!r}")
-        theta = rope.get("rope_theta", t.get("rope_theta", 5_000_000.0))
-        head_dim = t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"]
-        if t.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"unsupported text hidden_act {t.get('hidden_act')!r}")
-        text = TextConfig(
-            vocab_size=t["vocab_size"], hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
-            num_hidden_layers=t["num_hidden_layers"], num_attention_heads=t["num_attention_heads"],
-            num_key_value_heads=t.get("num_key_value_heads") or t["num_attention_heads"], head_dim=head_dim,
-            rope_theta=float(theta), mrope_section=tuple(rope.get("mrope_section", (24, 20, 20))),
-            rms_norm_eps=float(t.get("rms_norm_eps", 1e-6)), attention_bias=bool(t.get("attention_bias", False)),
-            max_position_embeddings=int(t.get("max_position_embeddings", 262144)),
-        )
-        vrope = dict(v.get("rope_parameters") or {})
-        vision = VisionConfig(
-            depth=v["depth"], hidden_size=v["hidden_size"], intermediate_size=v["intermediate_size"],
-            num_heads=v["num_heads"], in_channels=v.get("in_channels", 3), patch_size=v["patch_size"],
-            temporal_patch_size=v.get("temporal_patch_size", 2), spatial_merge_size=v.get("spatial_merge_size", 2),
-            out_hidden_size=v["out_hidden_size"], num_position_embeddings=v["num_position_embeddings"],
-            deepstack_visual_indexes=tuple(v.get("deepstack_visual_indexes", ())),
-            rope_theta=float(vrope.get("rope_theta", 10000.0)), hidden_act=v.get("hidden_act", "gelu_pytorch_tanh"),
-        )
-        tie = hf.get("tie_word_embeddings", t.get("tie_word_embeddings", False))
-        defaults = cls()
-        return cls(
-            text=text, vision=vision, lora=lora, tie_word_embeddings=bool(tie),
-            image_token_id=hf.get("image_token_id", defaults.image_token_id),
-            video_token_id=hf.get("video_token_id", defaults.video_token_id),
-            vision_start_token_id=hf.get("vision_start_token_id", defaults.vision_start_token_id),
-            vision_end_token_id=hf.get("vision_end_token_id", defaults.vision_end_token_id),
-            dtype=dtype, param_dtype=param_dtype or dtype,
-        )
+        """Builds the config from a `config.json` dict of any registered architecture (spatial_jax.models.registry,
+        keyed by its `model_type`)."""
+        from spatial_jax.models.registry import config_from_hf  # the registry builds on this module
+
+        return config_from_hf(hf, lora=lora, dtype=dtype, param_dtype=param_dtype)
 
     def to_hf(self, torch_dtype: str | None = None) -> dict[str, Any]:
-        """A `config.json` dict that transformers' Qwen3VLConfig reads back to the same architecture."""
-        t, v = self.text, self.vision
-        return {
-            "architectures": ["Qwen3VLForConditionalGeneration"],
-            "model_type": "qwen3_vl",
-            "dtype": torch_dtype or self.param_dtype,
-            "image_token_id": self.image_token_id,
-            "video_token_id": self.video_token_id,
-            "vision_start_token_id": self.vision_start_token_id,
-            "vision_end_token_id": self.vision_end_token_id,
-            "tie_word_embeddings": self.tie_word_embeddings,
-            "text_config": {
-                "model_type": "qwen3_vl_text",
-                "vocab_size": t.vocab_size, "hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size,
-                "num_hidden_layers": t.num_hidden_layers, "num_attention_heads": t.num_attention_heads,
-                "num_key_value_heads": t.num_key_value_heads, "head_dim": t.head_dim, "hidden_act": "silu",
-                "rms_norm_eps": t.rms_norm_eps, "attention_bias": t.attention_bias, "attention_dropout": 0.0,
-                "max_position_embeddings": t.max_position_embeddings,
-                "tie_word_embeddings": self.tie_word_embeddings,
-                "rope_parameters": {"rope_type": "default", "rope_theta": t.rope_theta,
-                                    "mrope_section": list(t.mrope_section), "mrope_interleaved": True},
-            },
-            "vision_config": {
-                "model_type": "qwen3_vl_vision",
-                "depth": v.depth, "hidden_size": v.hidden_size, "intermediate_size": v.intermediate_size,
-                "num_heads": v.num_heads, "in_channels": v.in_channels, "patch_size": v.patch_size,
-                "temporal_patch_size": v.temporal_patch_size, "spatial_merge_size": v.spatial_merge_size,
-                "out_hidden_size": v.out_hidden_size, "num_position_embeddings": v.num_position_embeddings,
-                "deepstack_visual_indexes": list(v.deepstack_visual_indexes), "hidden_act": v.hidden_act,
-                "rope_parameters": {"rope_type": "axial", "rope_theta": v.rope_theta},
-            },
-        }
+        """A `config.json` dict that transformers reads back to the same architecture."""
+        from spatial_jax.models.registry import architecture
+
+        return architecture(self.model_type).config_to_hf(self, torch_dtype)

@@ -28,6 +28,7 @@ from spatial_jax.distributed import barrier, is_primary, to_host
 from spatial_jax.models.config import AttentionImpl, DType, LoRAConfig, ModelConfig, RematPolicy
 from spatial_jax.models.lora import LoRALinear, reset_adapters
 from spatial_jax.models.qwen3_vl import Qwen3VL
+from spatial_jax.models.registry import architecture
 from spatial_jax.models.sharding import logical_to_spec, shard_model, variable_names
 
 _ST_DTYPES = {
@@ -122,27 +123,37 @@ class _CheckpointReader:
 # ---------------------------------------------------------------- parameter names
 
 
-def hf_name(path: tuple) -> str | None:
-    """HF state-dict name of the model Variable at `path` (None for adapters and RNG state)."""
+def hf_name(path: tuple, model_type: str = ModelConfig.model_type) -> str | None:
+    """HF state-dict name of the model Variable at `path` in a `model_type` checkpoint (None for adapters and RNG
+    state)."""
     p = ".".join(str(x) for x in path)
     if re.search(r"(^|\.)(lora_a|lora_b|lora_dropout)(\.|$)", p):
         return None
+    arch = architecture(model_type)
     if p == "lm_head":
         return "lm_head.weight"
     if p == "embed_tokens.embedding":
-        return "model.language_model.embed_tokens.weight"
+        return arch.text_prefix + "embed_tokens.weight"
     if p == "visual.pos_embed":
-        return "model.visual.pos_embed.weight"
+        return arch.vision_prefix + "pos_embed.weight"
     p = re.sub(r"^visual\.patch_embed\.", "visual.patch_embed.proj.", p)
+    p = re.sub(r"\.experts\.(\w+)\.kernel$", r".experts.\1", p)  # stacked expert weights are bare tensors
     p = re.sub(r"\.kernel$", ".weight", p)
     if p.startswith("visual."):
-        return "model." + p
-    return "model.language_model." + p
+        return arch.vision_prefix + p[len("visual."):]
+    return arch.text_prefix + p
 
 
-def _to_ours(path: tuple, w: np.ndarray, shape: tuple) -> np.ndarray:
-    """HF tensor -> our layout: Linear [out, in] -> [in, out]; Conv3d [D, C, t, p, p] -> [C*t*p*p, D]; lm_head T."""
-    if path[-1] == "kernel":
+def _to_ours(path: tuple, w: np.ndarray, shape: tuple, experts_swapped: bool = False) -> np.ndarray:
+    """HF tensor -> our layout: Linear [out, in] -> [in, out]; Conv3d [D, C, t, p, p] -> [C*t*p*p, D]; lm_head T.
+    Expert stacks [E, in, out] are ours as released (Qwen3-VL-MoE's files: [E, D, 2I], [E, I, D]); transformers 5
+    saves them [E, out, in]. A shape tells the two apart unless in == out; then `experts_swapped` (the checkpoint
+    was written by transformers 5 or by save_pretrained here) decides."""
+    if _is_expert(path):
+        square = shape[-1] == shape[-2]
+        if (square and experts_swapped) or (not square and w.shape[-2:] == shape[:-3:-1]):
+            w = np.swapaxes(w, -1, -2)
+    elif path[-1] == "kernel":
         w = w.reshape(w.shape[0], -1).T
     elif path == ("lm_head",):
         w = w.T
@@ -151,7 +162,13 @@ def _to_ours(path: tuple, w: np.ndarray, shape: tuple) -> np.ndarray:
     return w
 
 
+def _is_expert(path: tuple) -> bool:
+    return len(path) > 2 and path[-3] == "experts"
+
+
 def _to_hf(path: tuple, w: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    if _is_expert(path):  # transformers 5's layout, which it reads whatever the sizes (see _to_ours)
+        return jnp.swapaxes(w, -1, -2)
     if path[-1] == "kernel":
         w = w.T
         if path[:2] == ("visual", "patch_embed"):
@@ -211,21 +228,23 @@ def from_pretrained(
         remat=remat, attention_chunk=attention_chunk, remat_policy=remat_policy, scan_layers=scan_layers,
         attention_impl=attention_impl)
     reader = _CheckpointReader(path)
+    version = json.loads((path / "config.json").read_text()).get("transformers_version", "0")
+    experts_swapped = int(str(version).split(".")[0] or 0) >= 5
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Qwen3VL(cfg, rngs=nnx.Rngs(seed))))
 
     pdt = jnp.dtype(cfg.param_dtype)
     used = set()
 
     def read(var_path: tuple, shape: tuple) -> np.ndarray:
-        name = hf_name(var_path)
+        name = hf_name(var_path, cfg.model_type)
         if name not in reader:
             raise KeyError(f"checkpoint {path} lacks {name} (for {'.'.join(map(str, var_path))})")
         used.add(name)
-        return _to_ours(var_path, reader.get(name), shape).astype(pdt)
+        return _to_ours(var_path, reader.get(name), shape, experts_swapped).astype(pdt)
 
     leaves = []
     for var_path, var in nnx.to_flat_state(abstract):
-        if hf_name(var_path) is None:  # adapters and their RNG streams: filled by reset_adapters below
+        if hf_name(var_path, cfg.model_type) is None:  # adapters and their RNG streams: filled by reset_adapters below
             leaves.append((var_path, var))
             continue
         shape = tuple(var.get_value().shape)
@@ -256,6 +275,8 @@ def from_pretrained(
 
 def _hf_shape(path: tuple, shape: tuple, cfg: ModelConfig) -> tuple[int, ...]:
     """The shape `_to_hf` gives a tensor of our `shape` (known before any value is fetched)."""
+    if _is_expert(path):
+        return (*shape[:-2], shape[-1], shape[-2])
     if path[-1] == "kernel" and path[:2] == ("visual", "patch_embed"):
         v = cfg.vision
         return (v.hidden_size, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size)
@@ -282,16 +303,17 @@ def _export_plan(model: Qwen3VL) -> list[_Tensor]:
     adapted = {tuple(p): node for p, node in nnx.iter_graph(model) if isinstance(node, LoRALinear) and node.rank > 0}
     plan = []
     for var_path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        if hf_name(var_path) is None:
+        if hf_name(var_path, cfg.model_type) is None:
             continue
         layer = adapted.get(tuple(var_path[:-1])) if var_path[-1] == "kernel" else None
         value = layer.merged_kernel if layer is not None else var.get_value
         shape = tuple(var.get_value().shape)
         per_layer = _layer_paths(var_path, cfg)
         if per_layer is None:
-            plan.append(_Tensor(hf_name(var_path), var_path, _hf_shape(var_path, shape, cfg), var_path, None, value))
+            plan.append(_Tensor(hf_name(var_path, cfg.model_type), var_path, _hf_shape(var_path, shape, cfg),
+                                var_path, None, value))
         else:
-            plan.extend(_Tensor(hf_name(p), p, _hf_shape(p, shape[1:], cfg), var_path, i, value)
+            plan.extend(_Tensor(hf_name(p, cfg.model_type), p, _hf_shape(p, shape[1:], cfg), var_path, i, value)
                         for i, p in enumerate(per_layer))
     return plan
 

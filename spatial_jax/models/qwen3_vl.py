@@ -1,5 +1,6 @@
-"""Qwen3-VL (vision tower + Qwen3 decoder) in Flax NNX, numerically equal to transformers 5.24's
-`Qwen3VLForConditionalGeneration` (images only; video inputs are not supported).
+"""The vision-language model (vision tower + decoder) in Flax NNX, numerically equal to transformers 5.25's
+`Qwen3VLForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration` and `Qwen3VLMoeForConditionalGeneration`
+(the registry's architectures; spatial_jax/models/registry.py builds each from its config.json).
 
 Public API (stable; sampling/ and rl/ build on it)
 ---------------------------------------------------
@@ -82,10 +83,11 @@ from spatial_jax.models.attention import AttentionMask
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import Embed, RMSNorm, param, random_normal
 from spatial_jax.models.paged import PagedKVCache, paged_inputs
+from spatial_jax.models.registry import architecture
 from spatial_jax.models.scan import REMAT_POLICIES, run_stack, stack_modules
 from spatial_jax.models.sharding import constrain, shard_model
 from spatial_jax.models.text import DecoderLayer, KVCache, attention_mask_for
-from spatial_jax.models.vision import VisionInputs, VisionTower, count_features, feature_slots, prepare_vision_inputs
+from spatial_jax.models.vision import VisionInputs, count_features, feature_slots, prepare_vision_inputs
 
 
 def _is_concrete(*xs) -> bool:
@@ -101,16 +103,17 @@ def _run_shared_layer(layer, *args):
 
 
 class Qwen3VL(nnx.Module):
-    """The whole vision-language model; attribute names follow HF's module tree."""
+    """The whole vision-language model of every registered architecture (spatial_jax.models.registry: Qwen3-VL,
+    Qwen2.5-VL, Qwen3-VL-MoE, told apart by the config's switches); attribute names follow HF's module tree."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None):
         rngs = nnx.Rngs(0) if rngs is None else rngs
         t = cfg.text
         self.cfg = cfg
-        self.visual = VisionTower(cfg, rngs=rngs)
+        self.visual = architecture(cfg.model_type).vision_tower(cfg, rngs=rngs)
         self.embed_tokens = Embed(t.vocab_size, t.hidden_size, axes=("vocab", "embed"), dtype=cfg.dtype,
                                   param_dtype=cfg.param_dtype, rngs=rngs)
-        layers = [DecoderLayer(cfg, rngs=rngs) for _ in range(t.num_hidden_layers)]
+        layers = [DecoderLayer(cfg, i, rngs=rngs) for i in range(t.num_hidden_layers)]
         # stacked from the same per-layer draws, so a scanned model equals the unrolled one of the same seed
         self.layers = stack_modules(layers) if cfg.scan_layers else nnx.List(layers)
         self.norm = RMSNorm(t.hidden_size, eps=t.rms_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
@@ -130,7 +133,10 @@ class Qwen3VL(nnx.Module):
     def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
         return KVCache.zeros(self.cfg, batch, max_len, dtype)
 
-    def get_rope_index(self, input_ids, image_grid_thw=None, attention_mask=None) -> tuple[np.ndarray, np.ndarray]:
+    def get_rope_index(self, input_ids, image_grid_thw=None, attention_mask=None,
+                       second_per_grid=None) -> tuple[np.ndarray, np.ndarray]:
+        """rope.get_rope_index with this architecture's rules; second_per_grid [n_videos]: seconds per temporal
+        patch of each video (Qwen2.5-VL; default 1)."""
         return rope.get_rope_index(
             np.asarray(input_ids),
             None if image_grid_thw is None else np.asarray(image_grid_thw),
@@ -138,6 +144,8 @@ class Qwen3VL(nnx.Module):
             image_token_id=self.cfg.image_token_id,
             spatial_merge_size=self.cfg.vision.spatial_merge_size,
             video_token_id=self.cfg.video_token_id,
+            tokens_per_second=self.cfg.vision.tokens_per_second,
+            second_per_grid=second_per_grid,
         )
 
     def __call__(
@@ -296,7 +304,7 @@ class Qwen3VL(nnx.Module):
     def _rotary(self, positions: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
         """The M-RoPE (cos, sin) tables of positions [3, B, T] in the compute dtype."""
         t = self.cfg.text
-        cos, sin = rope.mrope_cos_sin(positions, t.head_dim, t.rope_theta, t.mrope_section)
+        cos, sin = rope.mrope_cos_sin(positions, t.head_dim, t.rope_theta, t.mrope_section, t.mrope_interleaved)
         return cos.astype(dtype), sin.astype(dtype)
 
     def _image_features(self, vision: VisionInputs, img_mask: jax.Array, idx: jax.Array,

@@ -21,13 +21,18 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (xf * cos + rotate_half(xf) * sin).astype(x.dtype)
 
 
-def mrope_axis_of_frequency(head_dim: int, mrope_section: tuple[int, int, int]) -> np.ndarray:
+def mrope_axis_of_frequency(head_dim: int, mrope_section: tuple[int, int, int],
+                            interleaved: bool = True) -> np.ndarray:
     """Which position axis (0 = t, 1 = h, 2 = w) drives each of the head_dim/2 frequencies.
 
     Qwen3-VL interleaves the axes: frequency i follows h when i % 3 == 1 and i < 3 * section_h, w when
     i % 3 == 2 and i < 3 * section_w, and t otherwise (HF Qwen3VLTextRotaryEmbedding.recomposition_frequencies).
+    Qwen2.5-VL (interleaved=False) gives each axis a contiguous run: the first section_t frequencies follow t, the
+    next section_h h, the last section_w w (HF Qwen2_5_VLRotaryEmbedding).
     """
     n = head_dim // 2
+    if not interleaved:
+        return np.repeat(np.arange(3, dtype=np.int32), mrope_section)[:n]
     axis = np.zeros(n, np.int32)
     for i in range(n):
         if i % 3 == 1 and i < 3 * mrope_section[1]:
@@ -37,11 +42,11 @@ def mrope_axis_of_frequency(head_dim: int, mrope_section: tuple[int, int, int]) 
     return axis
 
 
-def mrope_cos_sin(positions: jax.Array, head_dim: int, theta: float,
-                  mrope_section: tuple[int, int, int]) -> tuple[jax.Array, jax.Array]:
+def mrope_cos_sin(positions: jax.Array, head_dim: int, theta: float, mrope_section: tuple[int, int, int],
+                  interleaved: bool = True) -> tuple[jax.Array, jax.Array]:
     """positions [3, B, T] int -> cos, sin [B, T, head_dim] float32."""
     inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
-    axis = mrope_axis_of_frequency(head_dim, mrope_section)
+    axis = mrope_axis_of_frequency(head_dim, mrope_section, interleaved)
     # Gather (not a one-hot matmul) so the angle is exactly position * inv_freq on every backend.
     pos = jnp.take(positions.astype(jnp.float32), jnp.asarray(axis), axis=0)  # [n, B, T]
     angles = jnp.moveaxis(pos, 0, -1) * jnp.asarray(inv_freq, jnp.float32)
@@ -68,6 +73,8 @@ def get_rope_index(
     image_token_id: int,
     spatial_merge_size: int,
     video_token_id: int | None = None,
+    tokens_per_second: float = 0.0,
+    second_per_grid=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """3-D positions of a (left-padded) batch: text tokens advance all three axes together, an image's tokens get
     (t, row, col) offsets from the current position, after which the position jumps by max(rows, cols).
@@ -77,6 +84,9 @@ def get_rope_index(
     Images are consumed from image_grid_thw in batch-row order; each run of consecutive image tokens is one image.
     Video tokens (video_token_id) are visual too: a video's frame group, behind its timestamp, is one run and takes
     one [1, h, w] item (transformers splits a video's grid [t, h, w] so), in the same list in prompt order.
+    With `tokens_per_second` > 0 (Qwen2.5-VL) a video's run is its whole [t, h, w] item instead, and its k-th
+    temporal patch sits at time floor(k * tokens_per_second * second_per_grid[v]) (float32, as transformers), v
+    counting the videos in order (`second_per_grid` None: 1 second each).
     """
     input_ids = np.asarray(input_ids)
     if input_ids.ndim != 2:
@@ -89,7 +99,7 @@ def get_rope_index(
         grids = np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
     positions = np.zeros((3, B, T), np.int64)
     deltas = np.zeros((B,), np.int64)
-    next_image = 0
+    next_image = next_video = 0
     m = spatial_merge_size
     for b in range(B):
         ids = input_ids[b][mask[b]]
@@ -119,7 +129,13 @@ def get_rope_index(
                         f"row {b}: image {next_image - 1} with grid {(t, h, w)} needs {lt * lh * lw} image tokens, "
                         f"found a run of {j - i}"
                     )
-                tt, hh, ww = np.meshgrid(np.arange(lt), np.arange(lh), np.arange(lw), indexing="ij")
+                times = np.arange(lt)
+                if tokens_per_second and kind[i] == 2:
+                    spg = 1.0 if second_per_grid is None else np.asarray(second_per_grid, np.float32)[next_video]
+                    next_video += 1
+                    interval = np.float32(tokens_per_second) * np.float32(spg)
+                    times = (times.astype(np.float32) * interval).astype(np.int64)
+                tt, hh, ww = np.meshgrid(times, np.arange(lh), np.arange(lw), indexing="ij")
                 pieces.append(np.stack([tt.ravel(), hh.ravel(), ww.ravel()]) + cur)
                 cur += max(h, w) // m
             i = j

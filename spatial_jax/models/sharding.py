@@ -48,6 +48,10 @@ RULES: dict[str, str | tuple[str, ...] | None] = {
     "vision_patch": None,
     "vision_pos": None,
     "merger_in": "fsdp",
+    # expert parallelism: each device of the fsdp axis holds whole experts of every MoE layer (their embed axis
+    # then stays unsharded, since a mesh axis serves one dimension of an array); tokens reach their experts
+    # through the all-to-all XLA inserts around the grouped matmul
+    "expert": "fsdp",
 }
 
 

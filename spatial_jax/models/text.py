@@ -1,5 +1,5 @@
-"""Qwen3 decoder: RMSNorm, GQA attention with per-head q/k RMSNorm and M-RoPE, SwiGLU MLP, DeepStack injection,
-and a static-shape KV cache."""
+"""The decoder: RMSNorm, GQA attention with M-RoPE (per-head q/k RMSNorm in Qwen3, q/k/v biases in Qwen2.5), a
+SwiGLU MLP or routed experts (spatial_jax.models.moe) per layer, and a static-shape KV cache."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from spatial_jax.models.attention import AttentionMask, attention
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import RMSNorm
 from spatial_jax.models.lora import LoRALinear
+from spatial_jax.models.moe import SparseMoE
 from spatial_jax.models.paged import PagedIndex
 from spatial_jax.models.rope import apply_rotary
 from spatial_jax.models.sharding import constrain
@@ -53,24 +54,30 @@ class TextAttention(nnx.Module):
         self.head_dim = t.head_dim
         self.chunk = cfg.attention_chunk
         self.impl = cfg.attention_impl
-        common = dict(use_bias=t.attention_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        common = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+        qkv_bias = t.attention_bias or t.qkv_bias
         self.q_proj = LoRALinear(t.hidden_size, self.num_heads * t.head_dim, axes=("embed", "heads"),
-                                 **common, **cfg.lora.layer_kwargs("q_proj"))
+                                 use_bias=qkv_bias, **common, **cfg.lora.layer_kwargs("q_proj"))
         self.k_proj = LoRALinear(t.hidden_size, self.num_kv * t.head_dim, axes=("embed", "kv_heads"),
-                                 **common, **cfg.lora.layer_kwargs("k_proj"))
+                                 use_bias=qkv_bias, **common, **cfg.lora.layer_kwargs("k_proj"))
         self.v_proj = LoRALinear(t.hidden_size, self.num_kv * t.head_dim, axes=("embed", "kv_heads"),
-                                 **common, **cfg.lora.layer_kwargs("v_proj"))
+                                 use_bias=qkv_bias, **common, **cfg.lora.layer_kwargs("v_proj"))
         self.o_proj = LoRALinear(self.num_heads * t.head_dim, t.hidden_size, axes=("heads", "embed"),
-                                 **common, **cfg.lora.layer_kwargs("o_proj"))
-        self.q_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
-                              param_dtype=cfg.param_dtype)
-        self.k_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
-                              param_dtype=cfg.param_dtype)
+                                 use_bias=t.attention_bias, **common, **cfg.lora.layer_kwargs("o_proj"))
+        if t.qk_norm:
+            self.q_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
+                                  param_dtype=cfg.param_dtype)
+            self.k_norm = RMSNorm(t.head_dim, eps=t.rms_norm_eps, axes=("head_dim",), dtype=cfg.dtype,
+                                  param_dtype=cfg.param_dtype)
+        else:
+            self.q_norm = self.k_norm = None
 
     def _project(self, x, cos, sin):
         B, T, _ = x.shape
-        q = self.q_norm(self.q_proj(x).reshape(B, T, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).reshape(B, T, self.num_kv, self.head_dim))
+        q = self.q_proj(x).reshape(B, T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).reshape(B, T, self.num_kv, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         v = self.v_proj(x).reshape(B, T, self.num_kv, self.head_dim)
         q = constrain(apply_rotary(q, cos, sin), ("batch", "seq", "act_heads", None))
         return q, apply_rotary(k, cos, sin), v
@@ -129,13 +136,13 @@ class TextMLP(nnx.Module):
 
 
 class DecoderLayer(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, layer: int = 0, *, rngs: nnx.Rngs):
         t = cfg.text
         norm = dict(eps=t.rms_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
         self.input_layernorm = RMSNorm(t.hidden_size, **norm)
         self.post_attention_layernorm = RMSNorm(t.hidden_size, **norm)
         self.self_attn = TextAttention(cfg, rngs=rngs)
-        self.mlp = TextMLP(cfg, rngs=rngs)
+        self.mlp = SparseMoE(cfg, rngs=rngs) if t.is_sparse(layer) else TextMLP(cfg, rngs=rngs)
 
     def _mlp_block(self, x, h):
         x = x + h

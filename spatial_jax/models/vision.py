@@ -42,7 +42,8 @@ class VisionInputs:
     [F * L / merge**2] lists the slots of the real features in HF's order (images in order, frame-major), then 0s.
     row_feature_start / row_feature_count [R] (or None): where each text row's image features start in that order
     and how many it has, when rows share images (G rollouts of one prompt encode its image once); None: the k-th
-    image token of the batch (row-major) takes the k-th feature, as transformers does.
+    image token of the batch (row-major) takes the k-th feature, as transformers does. window_ids [F, L] (towers
+    with window attention, VisionConfig.window_size > 0): a patch's window within its frame, from 1 (0 = padding).
     """
 
     pixel_values: jax.Array
@@ -53,6 +54,7 @@ class VisionInputs:
     feature_index: jax.Array
     row_feature_start: jax.Array | None = None
     row_feature_count: jax.Array | None = None
+    window_ids: jax.Array | None = None
 
     @property
     def num_frames(self) -> int:
@@ -154,6 +156,7 @@ def prepare_vision_inputs(pixel_values, image_grid_thw, cfg: VisionConfig, *,
     idx = np.zeros((F, L, 4), np.int32)
     wts = np.zeros((F, L, 4), np.float32)
     seg = np.zeros((F, L), np.int32)
+    win = np.zeros((F, L), np.int32) if cfg.window_size else None
     feats, offset = [], 0
     per_merge = L // (m * m)
     for f, (h, w) in enumerate(frames):
@@ -168,6 +171,12 @@ def prepare_vision_inputs(pixel_values, image_grid_thw, cfg: VisionConfig, *,
         idx[f, :n] = (ht[:, :, None] * side + wt[:, None, :]).reshape(-1, 4)
         wts[f, :n] = (hw[:, :, None] * ww[:, None, :]).reshape(-1, 4)
         seg[f, :n] = 1
+        if win is not None:
+            # windows of merge_window x merge_window merged tokens in raster order, the last ones cut by the frame
+            # edge (HF get_vision_window_index)
+            ws = cfg.merge_window
+            per_row = -(-(w // m) // ws)
+            win[f, :n] = (row // m // ws) * per_row + col // m // ws + 1
         feats.append(f * per_merge + np.arange(n // (m * m)))
         offset += n
     feature_index = np.zeros((F * per_merge,), np.int32)
@@ -182,7 +191,7 @@ def prepare_vision_inputs(pixel_values, image_grid_thw, cfg: VisionConfig, *,
     return VisionInputs(
         pixel_values=jnp.asarray(pix), rot_pos=jnp.asarray(rot), interp_idx=jnp.asarray(idx),
         interp_weight=jnp.asarray(wts), segment_ids=jnp.asarray(seg), feature_index=jnp.asarray(feature_index),
-        row_feature_start=starts, row_feature_count=counts,
+        row_feature_start=starts, row_feature_count=counts, window_ids=None if win is None else jnp.asarray(win),
     )
 
 

@@ -60,9 +60,13 @@ GPUS_PER_HOST = 8  # a GPU target of more chips is hosts of 8, each decoding its
 # told the host's bounds
 ONE_HOST_SLICES = {("v5e", "2x4"), ("v5litepod", "2x4"), ("v6e", "2x4")}
 
-# Architectures by name, for planning without the checkpoint directory: the fields of Qwen3-VL's config.json that
-# shape the model (the published 4B and 8B; Instruct and Thinking share them).
+# Architectures by name, for planning without the checkpoint directory: the fields of the published config.json
+# files that shape the model (Qwen3-VL 4B and 8B, Instruct and Thinking alike; Qwen2.5-VL-3B / 7B-Instruct and
+# Qwen3-VL-30B-A3B-Instruct, SpatialThinker's backbones).
 _VOCAB = 151_936
+_QWEN2_5_VISION = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "patch_size": 14,
+                   "hidden_act": "silu", "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31],
+                   "tokens_per_second": 2}
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "qwen3-vl-4b": {
         "model_type": "qwen3_vl", "tie_word_embeddings": True,
@@ -80,6 +84,33 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
                         "head_dim": 128, "rope_theta": 5_000_000, "max_position_embeddings": 262144},
         "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
                           "patch_size": 16, "out_hidden_size": 4096, "num_position_embeddings": 2304,
+                          "deepstack_visual_indexes": [8, 16, 24]},
+    },
+    "qwen2.5-vl-3b": {
+        "model_type": "qwen2_5_vl", "tie_word_embeddings": True,
+        "text_config": {"vocab_size": _VOCAB, "hidden_size": 2048, "intermediate_size": 11008,
+                        "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2,
+                        "rope_theta": 1_000_000, "max_position_embeddings": 128000,
+                        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
+        "vision_config": {**_QWEN2_5_VISION, "out_hidden_size": 2048},
+    },
+    "qwen2.5-vl-7b": {
+        "model_type": "qwen2_5_vl", "tie_word_embeddings": False,
+        "text_config": {"vocab_size": 152_064, "hidden_size": 3584, "intermediate_size": 18944,
+                        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                        "rope_theta": 1_000_000, "max_position_embeddings": 128000,
+                        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
+        "vision_config": {**_QWEN2_5_VISION, "out_hidden_size": 3584},
+    },
+    "qwen3-vl-30b-a3b": {
+        "model_type": "qwen3_vl_moe", "tie_word_embeddings": False,
+        "text_config": {"vocab_size": _VOCAB, "hidden_size": 2048, "intermediate_size": 6144,
+                        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+                        "head_dim": 128, "rope_theta": 5_000_000, "max_position_embeddings": 262144,
+                        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                        "decoder_sparse_step": 1, "mlp_only_layers": [], "router_aux_loss_coef": 0.001},
+        "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+                          "patch_size": 16, "out_hidden_size": 2048, "num_position_embeddings": 2304,
                           "deepstack_visual_indexes": [8, 16, 24]},
     },
 }

@@ -18,6 +18,7 @@ from spatial_jax.data.image_processing import ImageProcessingConfig
 from spatial_jax.data.tokenizer import SpatialTokenizer, build_tokenizer
 from spatial_jax.models import LoRAParam, ModelConfig, Qwen3VL
 from spatial_jax.models.hf_io import from_pretrained
+from spatial_jax.models.registry import architecture
 from spatial_jax.models.sharding import make_mesh, shard_model
 from spatial_jax.rl.config import MeshConfig, PolicyConfig
 
@@ -48,13 +49,17 @@ def freeze_vision(tx: optax.GradientTransformation, trainable: nnx.State) -> opt
 
 
 def image_config(model_cfg: ModelConfig, cfg: PolicyConfig) -> ImageProcessingConfig:
-    default = ImageProcessingConfig()
+    """The model's image processor: its patch layout, its architecture's normalisation and pixel budget (the
+    registry's), the policy's min / max pixels when set."""
+    default = architecture(model_cfg.model_type).image_processing
     return ImageProcessingConfig(
         patch_size=model_cfg.vision.patch_size,
         temporal_patch_size=model_cfg.vision.temporal_patch_size,
         merge_size=model_cfg.vision.spatial_merge_size,
-        min_pixels=cfg.min_pixels or default.min_pixels,
-        max_pixels=cfg.max_pixels or default.max_pixels,
+        min_pixels=cfg.min_pixels or default["min_pixels"],
+        max_pixels=cfg.max_pixels or default["max_pixels"],
+        image_mean=default["image_mean"],
+        image_std=default["image_std"],
     )
 
 

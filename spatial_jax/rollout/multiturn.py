@@ -31,6 +31,7 @@ from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.data.tool_turns import TOOL_TURN_PREFIX, TOOL_TURN_SUFFIX, picture_block, tool_turn_ids
 from spatial_jax.data.world_map import PICTURE_SIDE, error
 from spatial_jax.distributed import to_host
+from spatial_jax.models.registry import architecture
 from spatial_jax.rewards.parse_harness import find_tool_call
 from spatial_jax.rollout.completions import Completions, repeat_batch
 from spatial_jax.rollout.config import SamplingConfig
@@ -56,8 +57,10 @@ def picture_config(model) -> ImageProcessingConfig:
     PICTURE_SIDE-pixel square's pixels."""
     v = model.cfg.vision
     factor = v.patch_size * v.spatial_merge_size
+    norm = architecture(model.cfg.model_type).image_processing
     return ImageProcessingConfig(patch_size=v.patch_size, temporal_patch_size=v.temporal_patch_size,
                                  merge_size=v.spatial_merge_size, min_pixels=factor * factor,
+                                 image_mean=norm["image_mean"], image_std=norm["image_std"],
                                  max_pixels=max(factor * factor, PICTURE_SIDE * PICTURE_SIDE))
 
 
