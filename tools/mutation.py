@@ -1,12 +1,13 @@
 """Mutation testing of one module with only the tests that guard it (mutmut 3, a developer tool, not part of CI).
 
-    tools/mutation.sh MODULE TESTS... [--functions GLOB] [--show]
+    tools/mutation.sh MODULE TESTS... [--functions GLOB,...] [--show]
 
 MODULE is a file (spatial_jax/rl/dynamic_sampling.py, benchmarks/paper_tables.py); TESTS are pytest paths or node ids.
 The run works in a scratch copy of the tree under .mutation/<module>/ (mutmut writes its mutants/ beside the sources it
 copies, so the worktree is never touched), mutates only MODULE, and runs each mutant against the TESTS that reach the
-mutated function. --functions restricts the count to functions whose name matches GLOB (e.g. 'final_answer' or
-'*damage*'), for a module of which only part is under audit. It prints generated / killed / equivalent / survived;
+mutated function. --functions restricts the run and the count to functions whose names match the comma-separated
+GLOBs (e.g. 'final_answer' or 'verdict,over_seeds'), for a module of which only part is under audit; a mutant no
+selected test reaches counts as a survivor ("no tests"). It prints generated / killed / equivalent / survived;
 equivalent mutants (ones no test can kill because they change no behaviour) are listed, each with one line of why, in
 tools/mutation_equivalents.toml under the module's path, by mutmut's mutant name. A listed name that is no longer a
 survivor is reported as stale, since mutmut numbers mutants per function and an edit of the function renumbers them.
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module")
     parser.add_argument("tests", nargs="+")
-    parser.add_argument("--functions", default="*", help="count only mutants of functions matching this glob")
+    parser.add_argument("--functions", default="*",
+                        help="count only mutants of functions matching these globs (comma-separated)")
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--show", action="store_true", help="print the diff of every survivor")
     args = parser.parse_args(argv)
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     log = work / "mutmut.log"
     # mutants of other functions are generated but not run
     dotted = module.removesuffix(".py").replace("/", ".")
-    names = [] if args.functions == "*" else [f"{dotted}.x*{args.functions}__mutmut_*"]
+    globs = args.functions.split(",")
+    names = [] if globs == ["*"] else [f"{dotted}.x*{g.split('.')[-1]}__mutmut_*" for g in globs]
     with open(log, "w") as out:
         rc = subprocess.run(
             [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *names],
@@ -96,11 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutation: mutmut failed (exit {rc}); log {log}", file=sys.stderr)
         return 1
 
-    status = {n: s for n, s in results(work, module).items() if fnmatch.fnmatch(mutant_function(n), args.functions)}
+    def audited(name: str) -> bool:
+        return any(fnmatch.fnmatch(mutant_function(name), g) for g in globs)
+
+    status = {n: s for n, s in results(work, module).items() if audited(n)}
     listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
     survived = sorted(n for n, s in status.items() if s not in KILLED)
     equivalent = [n for n in survived if n in listed]
-    stale = sorted(n for n in listed if n not in survived and fnmatch.fnmatch(mutant_function(n), args.functions))
+    stale = sorted(n for n in listed if n not in survived and audited(n))
     killed = sum(s in KILLED for s in status.values())
     live = [n for n in survived if n not in listed]
     rate = killed / max(len(status) - len(equivalent), 1)
