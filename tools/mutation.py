@@ -36,15 +36,15 @@ def mutant_function(name: str) -> str:
     return last.removeprefix("x_") if not last.startswith("xǁ") else ".".join(last.split("ǁ")[1:])
 
 
-def write_config(work: Path, module: str, tests: list[str]) -> None:
+def write_config(work: Path, target: str, tests: list[str]) -> None:
     lines = [
         "[mutmut]",
-        "source_paths =\n    spatial_jax\n    benchmarks",
-        f"only_mutate =\n    {module}",
+        f"source_paths =\n    spatial_jax\n    {target.split('/')[0]}",
+        f"only_mutate =\n    {target}",
         # the ini's addopts name xdist's --dist: dropped, so each mutant runs in one process (-p no:xdist)
         "pytest_add_cli_args =\n    -o\n    addopts=\n    -p\n    no:xdist\n    -p\n    no:cacheprovider\n    -q",
         "pytest_add_cli_args_test_selection =\n" + "\n".join(f"    {t}" for t in tests),
-        "also_copy =\n" + "\n".join(f"    {p}" for p in COPIED if p not in ("spatial_jax", "benchmarks")),
+        "also_copy =\n" + "\n".join(f"    {p}" for p in COPIED if p not in ("spatial_jax", target.split("/")[0])),
         # jax and torch start threads: workers fork from a server that only imported them, not ran them
         "process_isolation = forkserver",
         "use_git_change_detection = false",
@@ -52,10 +52,10 @@ def write_config(work: Path, module: str, tests: list[str]) -> None:
     (work / "setup.cfg").write_text("\n".join(lines) + "\n")
 
 
-def results(work: Path, module: str) -> dict[str, str]:
+def results(work: Path, target: str) -> dict[str, str]:
     from mutmut.stats import status_by_exit_code
 
-    meta = json.loads((work / "mutants" / (module + ".meta")).read_text())
+    meta = json.loads((work / "mutants" / (target + ".meta")).read_text())
     return {name: status_by_exit_code[code] for name, code in meta["exit_code_by_key"].items()}
 
 
@@ -81,12 +81,17 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__", "out", "runs"))
         elif src.is_file():
             shutil.copy2(src, work / name)
-    write_config(work, module, args.tests)
+    # the tests import a benchmark as a top-level module (benchmarks/ on sys.path) and mutmut names a mutant by its
+    # import path, which for a file under src/ drops the "src.": the benchmarks are mutated there
+    target = "src/" + module.removeprefix("benchmarks/") if module.startswith("benchmarks/") else module
+    if target != module:
+        shutil.copytree(ROOT / "benchmarks", work / "src", ignore=shutil.ignore_patterns("__pycache__", "out"))
+    write_config(work, target, args.tests)
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests must import the mutated copy
     log = work / "mutmut.log"
     # mutants of other functions are generated but not run
-    dotted = module.removesuffix(".py").replace("/", ".")
+    dotted = target.removeprefix("src/").removesuffix(".py").replace("/", ".")
     globs = args.functions.split(",")
     names = [] if globs == ["*"] else [f"{dotted}.x*{g.split('.')[-1]}__mutmut_*" for g in globs]
     with open(log, "w") as out:
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *names],
             cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
         ).returncode
-    if rc != 0 or not (work / "mutants" / (module + ".meta")).is_file():
+    if rc != 0 or not (work / "mutants" / (target + ".meta")).is_file():
         print(log.read_text()[-4000:])
         print(f"mutation: mutmut failed (exit {rc}); log {log}", file=sys.stderr)
         return 1
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     def audited(name: str) -> bool:
         return any(fnmatch.fnmatch(mutant_function(name), g) for g in globs)
 
-    status = {n: s for n, s in results(work, module).items() if audited(n)}
+    status = {n: s for n, s in results(work, target).items() if audited(n)}
     listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
     survived = sorted(n for n, s in status.items() if s not in KILLED)
     equivalent = [n for n in survived if n in listed]
