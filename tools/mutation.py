@@ -39,7 +39,7 @@ def mutant_function(name: str) -> str:
 def write_config(work: Path, target: str, tests: list[str]) -> None:
     lines = [
         "[mutmut]",
-        f"source_paths =\n    spatial_jax\n    {target.split('/')[0]}",
+        "source_paths =\n" + "\n".join(f"    {p}" for p in dict.fromkeys(["spatial_jax", target.split("/")[0]])),
         f"only_mutate =\n    {target}",
         # the ini's addopts name xdist's --dist: dropped, so each mutant runs in one process (-p no:xdist)
         "pytest_add_cli_args =\n    -o\n    addopts=\n    -p\n    no:xdist\n    -p\n    no:cacheprovider\n    -q",
@@ -67,45 +67,59 @@ def main(argv: list[str] | None = None) -> int:
                         help="count only mutants of functions matching these globs (comma-separated)")
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--show", action="store_true", help="print the diff of every survivor")
+    parser.add_argument("--survivors", action="store_true",
+                        help="rerun only the last run's survivors against the tests as now (the module unchanged)")
     args = parser.parse_args(argv)
     module = Path(args.module).as_posix()
     if not (ROOT / module).is_file():
         parser.error(f"{module}: no such file")
 
     work = ROOT / ".mutation" / module.replace("/", "_").removesuffix(".py")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__", "out", "runs"))
-        elif src.is_file():
-            shutil.copy2(src, work / name)
     # the tests import a benchmark as a top-level module (benchmarks/ on sys.path) and mutmut names a mutant by its
     # import path, which for a file under src/ drops the "src.": the benchmarks are mutated there
     target = "src/" + module.removeprefix("benchmarks/") if module.startswith("benchmarks/") else module
-    if target != module:
-        shutil.copytree(ROOT / "benchmarks", work / "src", ignore=shutil.ignore_patterns("__pycache__", "out"))
-    write_config(work, target, args.tests)
-
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests must import the mutated copy
-    log = work / "mutmut.log"
-    # mutants of other functions are generated but not run
     dotted = target.removeprefix("src/").removesuffix(".py").replace("/", ".")
     globs = args.functions.split(",")
     names = [] if globs == ["*"] else [f"{dotted}.x*{g.split('.')[-1]}__mutmut_*" for g in globs]
-    with open(log, "w") as out:
-        rc = subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *names],
-            cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
-        ).returncode
+
+    def audited(name: str) -> bool:
+        return any(fnmatch.fnmatch(mutant_function(name), g) for g in globs)
+
+    if args.survivors:
+        # mutmut reruns the mutants it is named and keeps every other result: only the tests are refreshed
+        if not (work / target).is_file() or (work / target).read_bytes() != (ROOT / module).read_bytes():
+            parser.error(f"{module} changed since its last run (or has none): run it in full")
+        for dest in (work / "tests", work / "mutants" / "tests"):
+            shutil.copytree(ROOT / "tests", dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        write_config(work, target, args.tests)
+        listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
+        names = [n for n, s in results(work, target).items() if s not in KILLED and audited(n) and n not in listed]
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        for name in COPIED:
+            src = ROOT / name
+            if src.is_dir():
+                shutil.copytree(src, work / name, ignore=shutil.ignore_patterns("__pycache__", "out", "runs"))
+            elif src.is_file():
+                shutil.copy2(src, work / name)
+        if target != module:
+            shutil.copytree(ROOT / "benchmarks", work / "src", ignore=shutil.ignore_patterns("__pycache__", "out"))
+        write_config(work, target, args.tests)
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests must import the mutated copy
+    log = work / "mutmut.log"
+    rc = 0
+    if names or not args.survivors:
+        with open(log, "w") as out:
+            rc = subprocess.run(
+                [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *names],
+                cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+            ).returncode
     if rc != 0 or not (work / "mutants" / (target + ".meta")).is_file():
         print(log.read_text()[-4000:])
         print(f"mutation: mutmut failed (exit {rc}); log {log}", file=sys.stderr)
         return 1
-
-    def audited(name: str) -> bool:
-        return any(fnmatch.fnmatch(mutant_function(name), g) for g in globs)
 
     status = {n: s for n, s in results(work, target).items() if audited(n)}
     listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
