@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import driver_args
 import numpy as np
 
 from spatial_jax import config as C
@@ -41,6 +42,8 @@ VARIANTS = {
     "no validity weighting": ("no_validity", ["rewards.spatialcore.validity_weighting=false"]),
     "answer + format only": ("answer_format", ["rewards.spatialcore.lambda_s=0.0"]),
 }
+# what every run's settings take from the driver (papers.py's OWNED)
+OWNED = {"run_dir": "--out", "seed": "--seeds", "eval.after_sft": "the SFT start evaluates, the variants do not"}
 COLUMNS = ("accuracy", "matched IoU", "mean H", "rho(H, IoU)")
 BEGIN, END = "<!-- learning.py: begin -->", "<!-- learning.py: end -->"
 
@@ -195,11 +198,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(args: argparse.Namespace) -> int:
+    driver_args.check(args, OWNED)
     for seed in args.seeds:  # a bad setting, of any run, fails before the first
         for extra in [["rl.steps=0"], *(extra for _, extra in VARIANTS.values())]:
             C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, *extra])
-    if args.results and not Path(args.results).is_file():
-        raise C.ConfigError(f"--results {args.results}: no such file (the table goes into an existing RESULTS.md)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

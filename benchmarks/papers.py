@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import driver_args
 import jax
 import learning
 import paper_allospatial
@@ -41,6 +42,8 @@ from spatial_jax.rl.train import train
 PAPERS: dict[str, ModuleType] = {"allospatial": paper_allospatial, "prosr": paper_prosr,
                                  "spatialthinker": paper_spatialthinker}
 QUIET = ["progress=false", "tensorboard=false"]
+# what every run's settings take from the driver: an override of one would send every run to one place or start
+OWNED = {"run_dir": "--out", "seed": "--seeds", "policy.checkpoint": "each arm starts from its SFT start's export"}
 
 
 def seed_free(cfg: TrainConfig) -> bool:
@@ -79,7 +82,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     paper = PAPERS[args.paper]
     args.config = args.config or paper.CONFIG
-    args.out = args.out or f"benchmarks/out/papers/{args.paper}"
+    args.out = f"benchmarks/out/papers/{args.paper}" if args.out is None else args.out
     return args
 
 
@@ -90,10 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def validate(args: argparse.Namespace) -> None:
     """Every run's settings, before the first run starts."""
-    if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
-        raise C.ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
-    if args.results and not Path(args.results).is_file():
-        raise C.ConfigError(f"--results {args.results}: no such file (the tables go into an existing RESULTS.md)")
+    driver_args.check(args, OWNED)
     paper = PAPERS[args.paper]
     for seed in args.seeds:
         for _, extra in paper.STARTS.values():

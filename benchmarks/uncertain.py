@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import driver_args
 import jax
 import learning
 
@@ -34,7 +35,7 @@ from spatial_jax.cli import main as cli_main
 from spatial_jax.cli import one_line_errors
 from spatial_jax.data.jsonl import write_jsonl
 from spatial_jax.data.sample import Sample
-from spatial_jax.data.synthetic import generate, to_norm
+from spatial_jax.data.synthetic import ROW_BYTES, SyntheticSource, to_norm, written_bytes
 from spatial_jax.records import GTBox
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.report import read_json
@@ -48,6 +49,9 @@ EXTRA = {directory: extra for directory, extra in learning.VARIANTS.values()}
 # Table 5: SpatialCORE against beta = 1 (where does confidence weighting stop protecting?), against no validity
 # weighting (does validity guard against the same noise as H?) and against answer + format (no pseudo-GT at all)
 TABLE5_ARMS = (FULL, BETA1, NO_VALIDITY, ANSWER)
+# what every run's settings take from the driver (papers.py's OWNED)
+OWNED = {"run_dir": "--out", "seed": "--seeds", "data.train": "--train-rows and --levels", "data.eval": "--eval-rows",
+         "policy.checkpoint": "every run starts from its seed's SFT start"}
 BEGIN, END = "<!-- uncertain.py: begin -->", "<!-- uncertain.py: end -->"
 
 
@@ -70,9 +74,9 @@ def write_data(cfg: TrainConfig, out: Path, levels: list[float], train_rows: int
     data = out / "data"
     clean, heldout = data / "train_0.jsonl", data / "heldout_exact.jsonl"
     if not clean.is_file():
-        write_jsonl(generate(cfg.data.synthetic, "train", train_rows), clean, data / "images")
-    if not heldout.is_file():
-        write_jsonl([exact_boxes(s) for s in generate(cfg.data.synthetic, "heldout", eval_rows)], heldout,
+        write_jsonl(SyntheticSource(cfg.data.synthetic, "train", train_rows), clean, data / "images")
+    if not heldout.is_file():  # streamed: a sample at a time in memory
+        write_jsonl(map(exact_boxes, SyntheticSource(cfg.data.synthetic, "heldout", eval_rows)), heldout,
                     data / "images")
     files, reports = {}, {}
     for level in levels:
@@ -185,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
 def measure(args: argparse.Namespace) -> int:
     if not args.levels or args.levels[0] != 0 or sorted(set(args.levels)) != args.levels or args.levels[-1] >= 1:
         raise C.ConfigError(f"--levels must start at 0 and increase below 1, got {args.levels}")
-    if args.results and not Path(args.results).is_file():
-        raise C.ConfigError(f"--results {args.results}: no such file (the tables go into an existing RESULTS.md)")
     cfg = C.load(TrainConfig, args.config, list(args.overrides))  # a bad setting fails before anything is written
+    # the training file and the held-out one with their images, and a JSONL copy of the first per corruption level
+    room = written_bytes(cfg.data.synthetic, max(args.train_rows, 0) + max(args.eval_rows, 0)) + \
+        (len(args.levels) - 1) * max(args.train_rows, 0) * ROW_BYTES
+    driver_args.check(args, OWNED, counts={"--train-rows": (args.train_rows, 1), "--eval-rows": (args.eval_rows, 1)},
+                      room=room)
     out = Path(args.out)
     # every run compiles the same programs (the reward is scored on the host): XLA's persistent cache compiles each once
     jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spatial_jax.cli import main
-from spatial_jax.locks import Locked, PidLock
+from spatial_jax.locks import HOST, Locked, PidLock, start_time
 
 ROOT = Path(__file__).resolve().parents[1]
 HOLD = "import sys, time; from spatial_jax.locks import PidLock; PidLock(sys.argv[1], 'x').__enter__(); print(1, " \
@@ -86,9 +86,30 @@ def test_pseudo_gt_on_an_output_another_run_writes_is_refused(tmp_path, holder, 
 def test_the_lock_is_released_and_taken_again(tmp_path):
     path = tmp_path / "sub" / "x.lock"
     with PidLock(path, "x"):
-        assert path.read_text() == f"{os.getpid()}\n"
+        assert path.read_text() == f"{os.getpid()} {HOST} {start_time(os.getpid())}\n"
         with pytest.raises(Locked, match=f"x is in use by process {os.getpid()}"), PidLock(path, "x"):
             pass
     assert not path.exists()
     with PidLock(path, "x"):
         assert path.is_file()
+
+
+@pytest.mark.parametrize("recorded, taken", [
+    ("1\n", False),  # an older lock file naming a live pid: never taken over
+    (f"1 {HOST} {start_time(1)}\n", False),  # pid 1 itself, alive
+    (f"1 {HOST} {start_time(1) + 1}\n", True),  # pid 1 now names a later process than the holder
+    ("1 elsewhere 5\n", False),  # a process of another host, which cannot be seen from here
+])
+def test_a_live_holder_is_never_taken_over_even_pid_1(recorded, taken, tmp_path, capsys):
+    """Issue 44 finding 11: a free flock does not prove the holder dead; the host and start time it recorded do."""
+    path = tmp_path / "run.lock"
+    path.write_text(recorded)
+    if taken:
+        with PidLock(path, "x"):
+            pass
+        assert "took over the lock" in capsys.readouterr().err and not path.exists()
+        return
+    with pytest.raises(Locked, match="in use by process 1" + (" on host elsewhere" if "elsewhere" in recorded
+                                                              else "")):
+        PidLock(path, "x").__enter__()
+    assert path.read_text() == recorded

@@ -164,8 +164,8 @@ def test_lag_one_trains_on_the_previous_weights_rollouts_and_resumes(dense, tmp_
     capsys.readouterr()
     train_module.train(_cfg(lost, *steps, *OFF))
     err = capsys.readouterr().err
-    assert "does not read" in err and "sampled again from the restored weights" in err, err
-    assert _rows(lost)[-1]["step"] == 3 and _rows(lost)[-1]["rollout/lag"] == 0.0
+    assert "does not read" in err and "step 3's rollouts are sampled again from the restored weights" in err, err
+    assert _rows(lost)[-1]["step"] == 3 and _rows(lost)[-1]["rollout/lag"] == 0.0  # one numbering (issue 44 #12)
 
 
 def _rolled(step):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import string
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -344,10 +345,49 @@ def test_an_unrelated_output_file_is_refused_and_left_whole(tmp_path, capsys, te
     data = _dataset(tmp_path, n=2)
     out = tmp_path / "notes.txt"
     out.write_text(text)
-    assert main(["pseudo-gt", "--input", str(data), "--detector", str(tmp_path), "--output", str(out)]) == 1
+    assert main(["pseudo-gt", "--input", str(data), "--detector", str(tmp_path), "--output", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("spatial-jax pseudo-gt: ") and "not" in err and err.count("\n") == 1
-    assert out.read_text() == text
+    assert err.startswith("spatial-jax pseudo-gt: ") and "holds rows this command did not write" in err
+    assert err.count("\n") == 1 and out.read_text() == text
+
+
+@pytest.mark.parametrize("rows", [None, 3])
+def test_rows_of_the_input_itself_are_not_taken_as_done(tmp_path, capsys, rows):
+    """Issue 44 finding 4: an output holding the input's ids (a copy of it, or its first 3 rows) is no earlier run's
+    output: refused, not counted as done, and left whole."""
+    data = _dataset(tmp_path, n=5)
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(data.read_text().splitlines(keepends=True)[:rows]))
+    before = out.read_bytes()
+    assert main(["pseudo-gt", "--input", str(data), "--detector", str(tmp_path), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {out} holds rows this command did not write" in err and "already_done" not in err
+    assert out.read_bytes() == before and not Path(f"{out}.settings.json").exists()
+
+
+def test_a_rerun_with_other_settings_is_refused_naming_them(tmp_path, detectors, capsys):
+    """Issue 44 finding 4: the settings that decide the boxes are recorded beside the output; a rerun with a different
+    threshold, input or detector is refused naming what differs, the output left whole; the same settings resume."""
+    data = _dataset(tmp_path / "data", n=3)
+    out = tmp_path / "out.jsonl"
+    argv = ["pseudo-gt", "--input", str(data), "--output", str(out), "--detector", str(detectors["owlv2"]),
+            "--device", "cpu", "--no-progress"]
+    assert main([*argv, "--threshold", "0"]) == 0
+    before = out.read_bytes()
+    assert main([*argv, "--threshold", "0.5"]) == 2
+    assert "threshold=0.0 (here 0.5)" in capsys.readouterr().err
+    other = tmp_path / "data" / "in2.jsonl"
+    other.write_text(data.read_text().replace("How many", "How many red"))
+    argv[2] = str(other)
+    assert main([*argv, "--threshold", "0"]) == 2
+    assert "input_sha256=" in capsys.readouterr().err
+    argv[2], argv[6] = str(data), str(detectors["grounding-dino"])
+    assert main([*argv, "--threshold", "0"]) == 2
+    assert "detector_sha256=" in capsys.readouterr().err
+    assert out.read_bytes() == before
+    argv[6] = str(detectors["owlv2"])
+    assert main([*argv, "--threshold", "0"]) == 0 and out.read_bytes() == before
+    assert "written=0" in capsys.readouterr().out
 
 
 def test_cli_reports_bad_arguments_and_inputs(tmp_path, capsys):

@@ -43,21 +43,23 @@ def run(args) -> int:
     import jax
 
     from spatial_jax import distributed
-    from spatial_jax.cli.outputs import refuse_overwriting
+    from spatial_jax.cli.outputs import check_folder, new_files, refuse_overwriting
     from spatial_jax.config import ConfigError
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
 
     cfg = load_run_config(args.run_dir, args.overrides)  # config errors surface before the cluster is joined
     # neither the run nor the base weights it started from may be written over
     refuse_overwriting({"--out": args.out}, [cfg.run_dir, cfg.policy.checkpoint])
+    check_folder(args.out, "--out")
     if not has_checkpoint(cfg.run_dir):
         raise ConfigError(f"--run-dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to export")
     out = Path(args.out)
     distributed.initialize()
     ws = Workspace(cfg)
     stage = ws.load_latest()
-    with jax.set_mesh(ws.mesh):
-        ws.export(out, dtype=args.dtype)
+    # the files are written beside and moved in only where their names are free (cli/outputs.new_files)
+    with new_files(out, "--out") as beside, jax.set_mesh(ws.mesh):
+        ws.export(beside, dtype=args.dtype)
     if ws.primary:
         print(f"exported the {stage} checkpoint of {cfg.run_dir} to {out}", flush=True)
     return 0

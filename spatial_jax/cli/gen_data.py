@@ -4,7 +4,8 @@
 (`data.train`, `data.eval` when synthetic): `--config configs/tiny_cpu.toml` writes the main job's data. Flags and
 `key=value` settings of the world (`grid=2`, `anchor=blue`, `mirror_colors=["green"]`, ...) go on top.
 Exit status: 0 once written, 1 when writing fails (disk full, no permission), 2 for a bad argument (checked before
-anything is written).
+anything is written), a count the disk cannot hold or a folder already holding a name it writes (cli/outputs.new_files:
+nothing is left behind).
 """
 
 from __future__ import annotations
@@ -83,23 +84,25 @@ def world(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from spatial_jax.cli.outputs import check_folder, check_room, new_files
     from spatial_jax.data.jsonl import write_jsonl
-    from spatial_jax.data.synthetic import SyntheticSource
+    from spatial_jax.data.synthetic import SyntheticSource, written_bytes
 
     if (args.num_train or 0) < 0 or (args.num_eval or 0) < 0:
         print("spatial-jax gen-data: --num-train and --num-eval must be >= 0", file=sys.stderr)
         return 2
     cfg, wanted = world(args)
+    check_folder(args.out, "--out")
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        print(f"spatial-jax gen-data: --out {out} is a file, not a folder", file=sys.stderr)
-        return 2
+    check_room(out, sum(written_bytes(cfg, n) for n in wanted.values()), f"--out {out}: {sum(wanted.values())} samples")
     counts = {}
     try:
-        for split, num in wanted.items():
-            counts[split] = write_jsonl(SyntheticSource(cfg, split, num), out / f"{split}.jsonl",
-                                        out / "images" / split)
-        (out / "config.json").write_text(json.dumps({**cfg.__dict__, "counts": counts}, indent=1) + "\n")
+        with new_files(args.out, "--out") as stage:
+            stage.mkdir(parents=True)
+            for split, num in wanted.items():
+                counts[split] = write_jsonl(SyntheticSource(cfg, split, num), stage / f"{split}.jsonl",
+                                            stage / "images" / split)
+            (stage / "config.json").write_text(json.dumps({**cfg.__dict__, "counts": counts}, indent=1) + "\n")
     except OSError as e:
         print(f"spatial-jax gen-data: cannot write to {out}: {e}", file=sys.stderr)
         return 1

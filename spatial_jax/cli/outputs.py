@@ -1,11 +1,13 @@
 """What the commands share about their outputs: never an input or another output, checked before anything is written,
-and a JSON report to a file or to stdout."""
+a folder output that adds files and never replaces one, and a JSON report to a file or to stdout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -81,3 +83,69 @@ def print_report(report: dict[str, Any], path: str | None, summary: str) -> None
         print(f"{summary} (report: {path})")
     else:
         print(text)
+
+
+def check_room(folder: PathLike, need: int, what: str) -> None:
+    """ConfigError (rc 2), before anything is written, when the file system holding `folder` (or its nearest
+    existing parent) has less than `need` bytes free: a count too large for the disk is refused at once instead of
+    filling it for hours."""
+    where = Path(os.path.abspath(folder))
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = os.statvfs(where).f_bavail * os.statvfs(where).f_frsize
+    if need > free:
+        raise ConfigError(f"{what} needs up to {need / 2**30:.3g} GiB, and {where} has {free / 2**30:.3g} GiB free")
+
+
+def check_folder(out: PathLike, flag: str) -> None:
+    """ConfigError unless `out` can be a folder output: not empty (the working directory), not a file."""
+    if not str(out).strip():
+        raise ConfigError(f"{flag} is empty: name the folder to write")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"{flag} {out} is a file, not a folder")
+
+
+@contextlib.contextmanager
+def new_files(out: PathLike, flag: str) -> Iterator[Path]:
+    """The one rule of a folder output (to-cvbench, export, gen-data, pretrain): yields a staging folder beside `out`
+    to write everything in; once the body has finished, its files move into `out` only if none of their names is taken
+    there, else a ConfigError names the first taken one. Never replaces a file the command did not write, and a
+    refusal or an error partway leaves nothing behind: not the staged files, not a file moved in, not a folder it
+    made. An empty path is refused (it would be the working directory). A process that writes nothing (a multi-host
+    job's other processes) never creates the staging folder, and nothing moves for it."""
+    check_folder(out, flag)
+    out = Path(out)
+    stage = out.parent / f".{out.name}.partial-{os.getpid()}"
+    try:
+        yield stage
+        if stage.is_dir():
+            _move_in(stage, out, flag)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move_in(stage: Path, out: Path, flag: str) -> None:
+    """Hard-links every file of `stage` into `out` (a link never replaces an existing name), undoing all on a clash."""
+    files = sorted(p.relative_to(stage) for p in stage.rglob("*") if not p.is_dir())
+    taken = next((rel for rel in files if os.path.lexists(out / rel)), None)
+    if taken is not None:
+        raise ConfigError(f"{flag} {out} already holds {taken}, which this command did not write: name a new or "
+                          "empty folder")
+    made, linked = [], []
+    try:
+        for rel in files:
+            for folder in reversed((out / rel).parents):
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+            os.link(stage / rel, out / rel)  # FileExistsError when the name appeared meanwhile: nothing replaced
+            linked.append(out / rel)
+    except BaseException as e:
+        for path in linked:
+            path.unlink(missing_ok=True)
+        for folder in reversed(made):
+            folder.rmdir()
+        if isinstance(e, FileExistsError):
+            raise ConfigError(f"{flag} {out} already holds {rel}, which this command did not write: name a new or "
+                              "empty folder") from None
+        raise

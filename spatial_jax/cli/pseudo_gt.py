@@ -3,7 +3,9 @@
 Phrases of the objects in the question and options (offline by default; `--extractor-url` asks an OpenAI-compatible
 endpoint instead, with the key from the environment variable named by `--extractor-key-env`), a Grounding DINO or
 OWLv2 folder saved by transformers (never downloaded), the top box per phrase, scores below `--threshold` dropped.
-The output is appended to and flushed per batch: after a kill, the same command carries on where it stopped.
+The output is appended to and flushed per batch: after a kill, the same command carries on where it stopped, and only
+then: the settings that decide the boxes are recorded beside the output (`<output>.settings.json`), and an output
+holding rows written otherwise, or by anything else, is refused naming the difference.
 Exit status: 0 once every sample is written, 1 for an unreadable input or detector or a failing extractor, 2 for a
 bad argument or an unsupported detector.
 """
@@ -40,8 +42,11 @@ def run(args: argparse.Namespace) -> int:
         PseudoGTConfig,
         ZeroShotDetector,
         annotate,
+        box_settings,
         completed_ids,
         extract_phrases,
+        resume_settings,
+        settings_path,
     )
     from spatial_jax.locks import PidLock
 
@@ -50,13 +55,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"spatial-jax pseudo-gt: {e}", file=sys.stderr)
         return 2
-    check_output_files({"--output": args.output}, [args.input])
+    check_output_files({"--output": args.output, "--output's settings": settings_path(args.output)}, [args.input])
     samples = read_jsonl(args.input)
-    extractor = extract_phrases
+    extractor, words = extract_phrases, "offline"
     if args.extractor_url:
         extractor = ChatExtractor(args.extractor_url, args.extractor_model, os.environ.get(args.extractor_key_env))
+        words = f"{args.extractor_url} {args.extractor_model}"
     # one run per output at a time: two would each append every sample the other has not written yet
     with PidLock(f"{args.output}.lock", f"--output {args.output}"):
+        # rows are trusted only when written by this command with these settings (the file beside the output)
+        resume_settings(args.output, box_settings(args.input, args.detector, cfg, words))
         done = completed_ids(args.output, {s.id for s in samples})
         if len(done) < len(samples):
             detector = ZeroShotDetector(args.detector, args.device)

@@ -3,7 +3,7 @@ synthetic world's held-out questions for the main job) written as a CV-Bench cop
 for `spatial-jax eval --benchmark cvbench --layout method` to evaluate them as plain `spatial-jax eval` does.
 
 Exit status: 0 once written, 1 for a sample that has no CV-Bench record or an unwritable folder, 2 for a bad
-argument.
+argument or a folder already holding a name the copy writes (cli/outputs.new_files: nothing is left behind).
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from spatial_jax.cli.job_config import load_job
-    from spatial_jax.cli.outputs import refuse_overwriting
+    from spatial_jax.cli.outputs import check_folder, new_files, refuse_overwriting
     from spatial_jax.data.benchmarks.to_cvbench import write
     from spatial_jax.data.pipeline import open_source
 
     cfg = load_job(args.config, args.overrides)
     data = args.data or cfg.data.eval
     refuse_overwriting({"--out": args.out}, [args.config, data])
-    n = write(open_source(data, cfg.data.synthetic), args.out, args.source)
+    check_folder(args.out, "--out")
+    with new_files(args.out, "--out") as stage:
+        n = write(open_source(data, cfg.data.synthetic), stage, args.source)
     print(f"wrote {n} CV-Bench records of {data} to {args.out}")
     return 0

@@ -6,7 +6,9 @@ Three separable parts: phrase extraction (`extract_phrases`, offline; `ChatExtra
 endpoint, or any callable (question, options) -> phrases), box selection on plain arrays (`select_boxes`), and the
 detector runner (`ZeroShotDetector`, transformers' Grounding DINO / OWLv2 / OWL-ViT from a local folder). `annotate`
 writes the samples with `gt_boxes` filled, appending and flushing per batch; `completed_ids` makes a rerun after a
-kill skip what is written (a last line cut short is dropped), so no record is written twice.
+kill skip what is written (a last line cut short is dropped), so no record is written twice. A rerun trusts the rows
+only when `<output>.settings.json`, written before the first row, records the settings it has itself
+(`resume_settings`): the same input, detector weights, threshold, pixel cap and phrase extractor.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from spatial_jax.config import ConfigError, check_at_least, check_range
 from spatial_jax.data.jsonl import MalformedJSON, parse_line
 from spatial_jax.data.pipeline import DataConfig
 from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.digests import sha256
 from spatial_jax.records import GTBox, brief
 
 NORM = 1000
@@ -44,6 +47,54 @@ class PseudoGTConfig:
     def __post_init__(self):
         check_range(self, "threshold", 0, 1)
         check_at_least(self, batch_size=1, max_image_pixels=1)
+
+
+# ---------------------------------------------------------------- what decides the boxes, recorded for a resume
+
+# a detector folder's files transformers reads (weights, configs, vocabulary); anything else in it decides nothing
+DETECTOR_FILES = (".json", ".safetensors", ".bin", ".txt", ".model")
+
+
+def settings_path(out: str | Path) -> Path:
+    return Path(f"{out}.settings.json")
+
+
+def box_settings(input_path: str | Path, detector: str | Path, cfg: PseudoGTConfig, extractor: str) -> dict:
+    """What decides an output row's boxes: the input's bytes, the detector's weights and configs (by digest: a copy
+    elsewhere is the same detector), the threshold, the pixel cap and the phrase extractor (its words)."""
+    folder = Path(detector)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in DETECTOR_FILES) if folder.is_dir() \
+        else []
+    return {"input_sha256": sha256(input_path),
+            "detector_sha256": {p.name: sha256(p) for p in files},
+            "threshold": cfg.threshold, "max_image_pixels": cfg.max_image_pixels, "extractor": extractor}
+
+
+def resume_settings(out: str | Path, settings: dict) -> None:
+    """Before any row is read or written: an output holding rows is resumed only when the settings recorded beside it
+    are `settings` (a ConfigError names the difference, or says no settings were recorded: rows this command did not
+    write); an output without rows gets `settings` recorded (atomically) before its first row."""
+    out, path = Path(out), settings_path(out)
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        recorded = None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} does not read ({e}): it records how --output {out} was written") from None
+    if out.exists() and out.stat().st_size > 0:
+        if not isinstance(recorded, dict):
+            raise ConfigError(f"--output {out} holds rows this command did not write (no {path.name} beside it "
+                              "records their settings): name a new file")
+        differ = [f"{k}={brief(recorded.get(k))} (here {brief(v)})" for k, v in settings.items()
+                  if recorded.get(k) != v]
+        if differ:
+            raise ConfigError(f"--output {out} was written with other settings: {'; '.join(differ)}; rerun with "
+                              "its settings to resume it, or name a new file")
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+    os.replace(partial, path)
 
 
 # ---------------------------------------------------------------- phrase extraction

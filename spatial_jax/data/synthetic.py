@@ -775,5 +775,16 @@ class SyntheticSource:
         return make_sample(self.cfg, self.split, index % self.num, self.render_image)
 
 
+# what one written sample may take beyond its image: its JSONL row (question, options, boxes, meta) and the PNG's
+# chunks; measured rows of the default world are under 2 KiB
+ROW_BYTES = 8192
+
+
+def written_bytes(cfg: SyntheticConfig, num: int) -> int:
+    """An upper bound of the bytes `num` samples take written as JSONL + PNG: a PNG is at most its raw pixels plus a
+    filter byte per row (zlib's stored blocks cost ~5 bytes per 64 KiB more, within ROW_BYTES)."""
+    return num * (cfg.height * (3 * cfg.width + 1) + ROW_BYTES)
+
+
 def generate(cfg: SyntheticConfig, split: str, num: int, render_image: bool = True) -> list[Sample]:
     return [make_sample(cfg, split, i, render_image) for i in range(num)]

@@ -5,12 +5,18 @@ and renames it when complete, so a run killed mid-save leaves only a tmp directo
 step and is deleted when the next Checkpointer opens the run. Once a step is committed, the first process writes
 the SHA-256 of each of its files to <step>/checksums.json (when the next save starts, or on wait / close), and
 `restore` checks them first: bytes changed in place, which orbax would read back as other numbers, are damage too (a
-step without the file, from before checksums or a kill right after its commit, is read unchecked). A checkpoint
+step without the file, from before checksums, a kill right after its commit or a deleted file, is read unchecked with
+a one-line warning: refusing it would refuse the resume after such a kill). A checkpoint
 damaged after the fact (a cut, missing or changed file) is skipped by `restore_newest` / `read_newest_meta`, which
 fall back to the newest one that reads back, and can be moved out of the way with `set_aside`.
 
+A reader (`Checkpointer(..., reader=True)`: eval, export, a resume's checks) opens the steps read-only: orbax's manager,
+opened to write, deletes every `*.orbax-checkpoint-tmp*` directory it finds, which would pull the step a training job
+is saving in the same run directory from under it.
+
 A save that fails (a full disk) raises SaveFailed, one line naming the step and the file-system error, when the
-next save starts or on wait / close; orbax's own logging of that error, a traceback per thread, is dropped.
+next save starts or on wait / close; orbax's own logging of that error, a traceback per thread, and asyncio's of the
+same error in each of the save's other writes ("Task exception was never retrieved"), are dropped.
 """
 
 from __future__ import annotations
@@ -53,6 +59,20 @@ def _not_orbax_error(record: logging.LogRecord) -> bool:
     return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
+def _not_orbax_lost_task(record: logging.LogRecord) -> bool:
+    """False for asyncio's "Task exception was never retrieved" of a task of orbax's: when one write of a save fails
+    (a full disk), orbax's gather raises the first error and never collects the others', which asyncio logs, a
+    traceback each, when the task is collected (any time later, at exit at the latest)."""
+    if not str(record.msg).startswith("Task exception was never retrieved") or not record.exc_info:
+        return True
+    tb = record.exc_info[2]
+    while tb is not None:
+        if f"{os.sep}orbax{os.sep}" in tb.tb_frame.f_code.co_filename:
+            return False
+        tb = tb.tb_next
+    return True
+
+
 def _closed_loop_hook(previous):
     def hook(unraisable) -> None:
         e = unraisable.exc_value
@@ -68,9 +88,10 @@ def _quiet_orbax_errors() -> None:
     """Drops the errors orbax logs from its save threads (absl's logger), and tensorstore's tracebacks of the same
     failure once orbax's event loop is closed: the error is raised again on the next save, wait or close, where it
     becomes one SaveFailed line."""
-    logger = logging.getLogger("absl")
-    if _not_orbax_error not in logger.filters:
-        logger.addFilter(_not_orbax_error)
+    for name, drop in (("absl", _not_orbax_error), ("asyncio", _not_orbax_lost_task)):
+        logger = logging.getLogger(name)
+        if drop not in logger.filters:
+            logger.addFilter(drop)
     if not getattr(sys.unraisablehook, "quiets_closed_loop", False):
         sys.unraisablehook = _closed_loop_hook(sys.unraisablehook)
 
@@ -82,13 +103,20 @@ def write_checksums(step_dir: Path) -> None:
     os.replace(tmp, step_dir / CHECKSUMS)
 
 
+_UNCHECKED: set[Path] = set()  # steps read without checksums, each said once
+
+
 def verify_checksums(step_dir: Path, item: str = "") -> None:
     """ChecksumMismatch naming the first file of the step (of its `item` folder alone, when given) whose bytes differ
     from its recorded SHA-256."""
     try:
         recorded = json.loads((step_dir / CHECKSUMS).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return  # written before checksums, or killed between the commit and the checksums: read unchecked
+    except FileNotFoundError:  # written before checksums, killed between the commit and the checksums, or deleted
+        if step_dir not in _UNCHECKED:
+            _UNCHECKED.add(step_dir)
+            print(f"spatial-jax: {step_dir} has no {CHECKSUMS} (a checkpoint from before checksums, cut off right "
+                  "after its commit, or the file was deleted): read unchecked", file=sys.stderr, flush=True)
+        return
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ChecksumMismatch(f"{step_dir / CHECKSUMS} does not read: {e}") from None
     for name, digest in sorted(recorded.items()):
@@ -154,10 +182,12 @@ class Checkpointer:
     max_to_keep: newest checkpoints kept (None keeps all).
     save_interval: `save` writes only when step % save_interval == 0 (or force=True).
     async_save: write in a background thread (call wait_until_finished before reading or exiting).
+    reader: read committed steps only, changing nothing on disk (no tmp directory removed, no folder created), so a
+    training job writing the same run directory meanwhile is never disturbed.
     """
 
     def __init__(self, run_dir: str | Path, max_to_keep: int | None = 3, save_interval: int = 1,
-                 async_save: bool = True):
+                 async_save: bool = True, reader: bool = False):
         if save_interval < 1:
             raise ValueError(f"save_interval must be >= 1, got {save_interval}")
         if max_to_keep is not None and max_to_keep < 1:
@@ -170,9 +200,10 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             save_interval_steps=1,  # the interval is applied in save(): orbax would also save the first step
-            cleanup_tmp_directories=True,
-            enable_async_checkpointing=async_save,
-            create=True,
+            cleanup_tmp_directories=not reader,
+            enable_async_checkpointing=async_save and not reader,
+            create=not reader,
+            read_only=reader,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=(_STATE, _META))
 

@@ -224,7 +224,8 @@ class Trainer(Workspace):
         to before their prompts, which the step then rolls out from the restored weights."""
         why = self.ahead.load(record)
         if why is not None:
-            self.warn(f"{why}: step {record['step']}'s rollouts are sampled again from the restored weights, so "
+            # record["step"] counts from 0; the metrics and the checkpoints number a step by the steps done after it
+            self.warn(f"{why}: step {record['step'] + 1}'s rollouts are sampled again from the restored weights, so "
                       "that step is on-policy where the interrupted run's was one step stale")
             it.set_state(record["data_before"])
 

@@ -116,7 +116,7 @@ def check_resumable(cfg: TrainConfig) -> None:
         directory = Path(cfg.run_dir) / stage
         if steps == 0 or not (directory / "checkpoints").is_dir():
             continue
-        with Checkpointer(directory, async_save=False) as ck:
+        with Checkpointer(directory, async_save=False, reader=True) as ck:
             try:
                 step, meta, _ = ck.read_newest_meta()
             except (FileNotFoundError, CheckpointError):
@@ -143,7 +143,7 @@ def has_checkpoint(run_dir: str | Path) -> bool:
     """Whether a stage of `run_dir` has a checkpoint (looked up without creating anything)."""
     for stage in STAGES:
         if (Path(run_dir) / stage / "checkpoints").is_dir():
-            with Checkpointer(Path(run_dir) / stage, async_save=False) as ck:
+            with Checkpointer(Path(run_dir) / stage, async_save=False, reader=True) as ck:
                 if ck.all_steps():
                     return True
     return False
@@ -286,7 +286,7 @@ class Workspace:
         for stage in reversed(STAGES):
             if not (self.run_dir / stage / "checkpoints").is_dir():  # opening one would create it
                 continue
-            with Checkpointer(self.run_dir / stage, async_save=False) as ck:
+            with Checkpointer(self.run_dir / stage, async_save=False, reader=True) as ck:
                 if not ck.all_steps():
                     continue
                 _, meta, _ = ck.read_newest_meta()
