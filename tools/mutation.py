@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--show", action="store_true", help="print the diff of every survivor")
     parser.add_argument("--survivors", action="store_true",
-                        help="rerun only the last run's survivors against the tests as now (the module unchanged)")
+                        help="rerun the last run's survivors only, against the tests as now (tests only added)")
     args = parser.parse_args(argv)
     module = Path(args.module).as_posix()
     if not (ROOT / module).is_file():
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(ROOT / "tests", dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         write_config(work, target, args.tests)
         listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
-        names = [n for n, s in results(work, target).items() if s not in KILLED and audited(n) and n not in listed]
+        before = results(work, target)
+        names = [n for n, s in before.items() if s not in KILLED and audited(n) and n not in listed]
     else:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     status = {n: s for n, s in results(work, target).items() if audited(n)}
+    if args.survivors:  # mutmut may drop cached results when the tests change: the last run's kills stand
+        status.update({n: s for n, s in before.items() if audited(n) and n not in names})
     listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
     survived = sorted(n for n, s in status.items() if s not in KILLED)
     equivalent = [n for n in survived if n in listed]
