@@ -69,6 +69,13 @@ def test_per_seed_tables():
     assert paper_tables.mean_of([]) is None and paper_tables.mean_of([1, 2]) == 1.5
 
 
+def test_over_seeds_of_one_seed_is_its_value_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no standard error of one value is computed (numpy would warn: ddof)
+        assert learning.over_seeds([0.5, None]) == "0.500" and learning.over_seeds([None]) == "n/a"
+        assert learning.over_seeds([0.25, 0.5]) == "0.375 ± 0.125"
+
+
 @pytest.mark.parametrize("d, verdict", [
     ([], "n/a"),
     ([0.5], "direction only"),  # one seed: no standard error, so never "holds"
