@@ -17,7 +17,7 @@ CFG = synthetic.SyntheticConfig(width=32, height=32)
 def dataset(tmp_path):
     path = tmp_path / "a" / "b" / "data.jsonl"  # write_jsonl makes the folders
     samples = synthetic.generate(CFG, "heldout", 3)
-    samples[0] = dataclasses.replace(samples[0], id="odd id/é", question="où est le cube ?")
+    samples[0] = dataclasses.replace(samples[0], id="Odd id/é", question="où est le cube ?")
     assert write_jsonl(samples, path) == 3
     return path, [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
@@ -50,11 +50,11 @@ def test_loads_unique_refuses_a_key_given_twice_at_any_depth():
 
 def test_write_jsonl_writes_images_beside_and_text_as_is(dataset, tmp_path):
     path, rows = dataset
-    assert rows[0]["image"] == "images/odd_id__.png" and (path.parent / "images" / "odd_id__.png").is_file()
+    assert rows[0]["image"] == "images/Odd_id__.png" and (path.parent / "images" / "Odd_id__.png").is_file()
     assert "où est le cube ?" in path.read_text(encoding="utf-8")  # not \\u-escaped
-    assert [s.id for s in read_jsonl(path)] == ["odd id/é", rows[1]["id"], rows[2]["id"]]
+    assert [s.id for s in read_jsonl(path)] == ["Odd id/é", rows[1]["id"], rows[2]["id"]]
     # an image folder elsewhere: the rows hold its absolute path
-    elsewhere = tmp_path / "pics"
+    elsewhere = tmp_path / "e" / "pics"
     out = tmp_path / "c" / "other.jsonl"
     write_jsonl(synthetic.generate(CFG, "heldout", 1), out, image_dir=elsewhere)
     row = json.loads(out.read_text())
@@ -78,4 +78,6 @@ def test_read_jsonl_refusals_name_the_file_and_line(dataset, tmp_path):
     assert _refusal(path) == f"{path}:2: malformed JSON: Expecting value (column 8)"
     path.write_text(lines[0] + "\n" + json.dumps({**rows[1], "image": "images/gone.png"}) + "\n\n")
     assert "does not exist" in _refusal(path)
-    assert [s.id for s in read_jsonl(path, check_images=False)] == [rows[0]["id"], rows[1]["id"]]
+    back = read_jsonl(path, check_images=False)
+    assert [s.id for s in back] == [rows[0]["id"], rows[1]["id"]]
+    assert [s.origin for s in back] == [f"{path}:1", f"{path}:2"]  # what the pipeline's later errors lead with
