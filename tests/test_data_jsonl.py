@@ -62,6 +62,7 @@ def test_write_jsonl_writes_images_beside_and_text_as_is(dataset, tmp_path):
     # a sample whose image is a path keeps it and writes no image
     back = read_jsonl(path)[1]
     assert write_jsonl([back], tmp_path / "d" / "paths.jsonl") == 1
+    assert json.loads((tmp_path / "d" / "paths.jsonl").read_text())["image"] == back.image
     assert not (tmp_path / "d" / "images").exists()
 
 
