@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(ROOT / "tests", dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
         write_config(work, target, args.tests)
         listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
-        before = results(work, target)
+        saved = work / "statuses.json"  # the last run's statuses, kills kept across --survivors runs
+        before = json.loads(saved.read_text()) if saved.is_file() else results(work, target)
         names = [n for n, s in before.items() if s not in KILLED and audited(n) and n not in listed]
     else:
         shutil.rmtree(work, ignore_errors=True)
@@ -122,9 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutation: mutmut failed (exit {rc}); log {log}", file=sys.stderr)
         return 1
 
-    status = {n: s for n, s in results(work, target).items() if audited(n)}
+    every = results(work, target)
     if args.survivors:  # mutmut may drop cached results when the tests change: the last run's kills stand
-        status.update({n: s for n, s in before.items() if audited(n) and n not in names})
+        every.update({n: s for n, s in before.items() if n not in names})
+    (work / "statuses.json").write_text(json.dumps(every, indent=0, sort_keys=True))
+    status = {n: s for n, s in every.items() if audited(n)}
     listed = tomllib.loads(EQUIVALENTS.read_text()).get(module, {}) if EQUIVALENTS.is_file() else {}
     survived = sorted(n for n, s in status.items() if s not in KILLED)
     equivalent = [n for n in survived if n in listed]
