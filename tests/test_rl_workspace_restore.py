@@ -78,3 +78,19 @@ def test_an_eval_or_another_process_moves_nothing(run, training, primary, capsys
     out, err = capsys.readouterr()
     assert "moved" not in err and not (run / "damaged_checkpoints").exists()
     assert ("skipped checkpoint" in err) == primary and (out != "") == primary
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_processes_meet_after_the_first_moved_the_damaged(run, processes, monkeypatch, capsys):
+    """With several processes, each waits for the first to have moved the damaged steps, then lists them again."""
+    from jax.experimental import multihost_utils
+
+    from spatial_jax.rl import workspace
+
+    met = []  # the workspace alone is told of other processes (orbax, asked too, would want a distributed runtime)
+    monkeypatch.setattr(workspace, "jax", SimpleNamespace(process_count=lambda: processes))
+    monkeypatch.setattr(multihost_utils, "sync_global_devices", met.append)
+    ws = bare(training=True, reference={"w": jnp.zeros(3)})
+    with Checkpointer(run) as ck:
+        assert ws.restore(ck, {"m": jnp.zeros(2)}, None)[0] == 2 and ck.all_steps() == [1, 2]
+    assert met == (["checkpoints set aside"] if processes > 1 else [])
