@@ -62,3 +62,26 @@ def test_reason_is_one_line():
     assert _reason(ValueError("first\nsecond")) == "ValueError: first"
     assert _reason(OSError("  \n")) == "OSError: "
     assert _reason(RuntimeError("x" * 400)) == "RuntimeError: " + "x" * 300
+
+
+def test_set_aside_keeps_every_damaged_copy_and_newest_says_why(tmp_path):
+    import jax.numpy as jnp
+
+    from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
+
+    with Checkpointer(tmp_path, async_save=False) as ck:
+        with pytest.raises(FileNotFoundError) as err:
+            ck.restore_newest({"w": jnp.zeros(2)})
+        assert str(err.value) == f"no checkpoint in {tmp_path / 'checkpoints'}"
+        for n in range(3):  # step 2 written, found damaged and set aside, three times over
+            ck.save(2, {"w": jnp.full(2, float(n))}, {"step": 2}, force=True)
+            assert ck.set_aside(2).name == ("2" if n == 0 else f"2.{n}") and ck.all_steps() == []
+        assert sorted(p.name for p in (tmp_path / "damaged_checkpoints").iterdir()) == ["2", "2.1", "2.2"]
+        for step in (1, 2):
+            ck.save(step, {"w": jnp.full(2, float(step))}, {"step": step}, force=True)
+            (tmp_path / "checkpoints" / str(step) / "meta" / "metadata").write_text("")
+        with pytest.raises(CheckpointError) as err:
+            ck.restore_newest({"w": jnp.zeros(2)})
+    first, second = (f"{tmp_path / 'checkpoints' / s}: " for s in "21")
+    assert str(err.value).startswith(f"no checkpoint in {tmp_path / 'checkpoints'} reads back: {first}")
+    assert f"; {second}" in str(err.value)  # each step's reason, newest first
