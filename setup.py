@@ -54,6 +54,8 @@ setup(
     extras_require={
         # libtpu (jax[tpu]) lets the tests compile the Pallas kernels with the real XLA:TPU compiler on a CPU machine.
         "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff==0.17.6", "jax[tpu]==0.10.2"],
+        # tools/mutation.sh: mutation testing of one module with its own tests (a developer tool, not run by CI)
+        "mutation": ["mutmut==3.8.1"],
         "gpu": ["jax[cuda12]==0.10.2"],
         "tpu": ["jax[tpu]==0.10.2"],
     },

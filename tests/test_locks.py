@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,33 @@ def test_a_live_holder_is_never_taken_over_even_pid_1(recorded, taken, tmp_path,
                                                               else "")):
         PidLock(path, "x").__enter__()
     assert path.read_text() == recorded
+
+
+def test_liveness_and_start_time_edges(tmp_path, monkeypatch):
+    """A holder another user runs is alive (kill answers EPERM); asking never signals it; a process name holding ')'
+    does not shift the start time read from /proc/<pid>/stat; a lock file removed while held is left quietly."""
+    import io
+
+    from spatial_jax import locks
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert locks._alive(locks.Holder(proc.pid))
+        time.sleep(0.2)
+        assert proc.poll() is None  # probed with signal 0, not sent a signal
+    finally:
+        proc.kill()
+        proc.wait()
+    stat = b"42 (a) b) c) S " + b" ".join(str(i).encode() for i in range(4, 53))
+    monkeypatch.setattr(locks, "open", lambda *a, **k: io.BytesIO(stat), raising=False)
+    assert locks.start_time(42) == 22  # field 22 of stat(5)
+    monkeypatch.undo()
+
+    def refused(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(locks.os, "kill", refused)
+    assert locks._alive(locks.Holder(12345))
+    monkeypatch.undo()
+    with PidLock(tmp_path / "run.lock", "run directory x"):
+        (tmp_path / "run.lock").unlink()

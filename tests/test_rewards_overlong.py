@@ -6,7 +6,7 @@ import pytest
 
 from spatial_jax.config import FieldError
 from spatial_jax.reference import overlong_torch
-from spatial_jax.rewards.overlong import OverlongPenaltyConfig, overlong_penalties
+from spatial_jax.rewards.overlong import OverlongPenaltyConfig, overlong_penalties, overlong_penalty
 
 
 def test_eq13_by_hand():
@@ -31,8 +31,17 @@ def test_parity_with_torch():
         np.testing.assert_allclose(got, ref, atol=1e-12, rtol=0)
 
 
+def test_lengths_of_any_integer_dtype():
+    """The penalty casts the lengths to float before L_max - L_cache - n: unsigned counts would wrap around."""
+    np.testing.assert_array_equal(overlong_penalty(np.array([16, 17, 21], np.uint32), 20, 4), [0, -0.25, -1])
+    assert overlong_penalties(np.array([True, False]), 1, 1).tolist() == [-1.0, 0.0]
+
+
 def test_config_rules():
     assert not OverlongPenaltyConfig().enabled and OverlongPenaltyConfig(cache=4).enabled
+    assert OverlongPenaltyConfig(cache=4, max_length=4).enabled  # the interval may start at 0
+    with pytest.raises(FieldError, match=r"max_length must be >= 0, got -1"):
+        OverlongPenaltyConfig(max_length=-1)
     with pytest.raises(FieldError, match=r"cache must be <= max_length=4 .*, got 8"):
         OverlongPenaltyConfig(cache=8, max_length=4)
     with pytest.raises(FieldError, match=r"cache must be >= 0, got -1"):

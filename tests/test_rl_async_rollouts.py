@@ -11,8 +11,11 @@ rollout mesh of their own, while step k's update runs.
   does; with those rollouts lost it says so and finishes.
 """
 
+import hashlib
 import json
 import pickle
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -243,3 +246,43 @@ def test_the_rollout_mesh_must_fit_and_one_step_off_runs_on_one_process(tmp_path
     with pytest.raises(ConfigError, match="one_step_off runs on one process, not 2"):
         train_module.check_rollout_mode(cfg, 2)
     train_module.check_rollout_mode(cfg, 1)
+
+
+def test_rollouts_ahead_edges(tmp_path):
+    """The thread, the wait it measures, the folder save makes (nested, and again), and each reason load refuses."""
+    ahead = RolloutsAhead(tmp_path / "run" / "rl" / "pending")
+    with pytest.raises(RuntimeError, match="^a batch of rollouts is already ahead of the update$"):
+        ahead.start(lambda: _rolled(1), {})
+        ahead.start(lambda: _rolled(1), {})
+    ahead.take(1)
+    threads = []
+
+    def slow(step):
+        threads.append(threading.current_thread().name)
+        time.sleep(0.2)
+        return _rolled(step)
+
+    ahead.start(lambda: slow(3), {})
+    assert ahead.take(3).step == 3 and 0.1 < ahead.waited < 30
+    assert threads[0].startswith("rollouts_") and threads[0] != threading.main_thread().name
+    records = []
+    for step in (5, 6):  # the second save finds the folder there
+        ahead.start(lambda s=step: _rolled(s), {})
+        records.append(ahead.save(step)["pending"])
+        ahead.take(step)
+    assert sorted(p.name for p in ahead.directory.iterdir()) == ["5.pkl", "6.pkl"]
+    ahead.prune([])  # nothing kept is nothing to compare with: every file stays
+    assert len(list(ahead.directory.iterdir())) == 2
+
+    path = ahead.directory / records[0]["file"]
+    old, new = records[0]["sha256"], hashlib.sha256(b"x").hexdigest()
+    path.write_bytes(b"x")
+    assert ahead.load(records[0]).endswith(f"has changed since it was written (SHA-256 {old[:12]} -> {new[:12]})")
+    for held in ({"step": 5}, _rolled(4)):  # not rollouts, or another step's
+        data = pickle.dumps(held)
+        path.write_bytes(data)
+        why = ahead.load({**records[0], "sha256": hashlib.sha256(data).hexdigest()})
+        assert why == f"{path} does not hold step 5's rollouts" and ahead.take(5) is None
+    path.unlink()
+    assert ahead.load(records[0]) == f"{path} does not read (No such file or directory)"
+    ahead.close()

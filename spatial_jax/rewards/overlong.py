@@ -50,4 +50,4 @@ def overlong_penalty(lengths, max_length: int, cache: int):
 def overlong_penalties(lengths: np.ndarray, max_length: int, cache: int) -> np.ndarray:
     """Host helper: eq. 13 in float64, as the rewards are scored (SPEC 7)."""
     with host_float64():
-        return np.asarray(overlong_penalty(np.asarray(lengths, np.int64), max_length, cache), np.float64)
+        return np.asarray(overlong_penalty(lengths, max_length, cache))

@@ -1,0 +1,87 @@
+"""A checkpoint step's checksums (rl/checkpoint.py) on plain files, without orbax: what write_checksums records, and
+each way verify_checksums finds damage, in its exact words; an `item` checks that folder alone; a restore error is one
+line."""
+
+import hashlib
+import json
+
+import pytest
+
+from spatial_jax.rl.checkpoint import CHECKSUMS, ChecksumMismatch, _reason, verify_checksums, write_checksums
+
+
+@pytest.fixture
+def step(tmp_path):
+    d = tmp_path / "7"
+    (d / "state").mkdir(parents=True)
+    (d / "meta").mkdir()
+    (d / "state" / "a").write_bytes(b"weights")
+    (d / "meta" / "m").write_bytes(b"meta")
+    write_checksums(d)
+    return d
+
+
+def _mismatch(step, item="") -> str:
+    with pytest.raises(ChecksumMismatch) as err:
+        verify_checksums(step, item)
+    return str(err.value)
+
+
+def test_write_checksums_records_every_file_but_itself(step):
+    recorded = json.loads((step / CHECKSUMS).read_text(encoding="utf-8"))
+    digest = {name: hashlib.sha256(data).hexdigest() for name, data in (("meta/m", b"meta"), ("state/a", b"weights"))}
+    assert recorded == digest
+    assert sorted(p.name for p in step.iterdir()) == [CHECKSUMS, "meta", "state"]  # no temporary left
+    verify_checksums(step)
+
+
+def test_each_damage_in_its_words(step):
+    old = hashlib.sha256(b"weights").hexdigest()
+    (step / "state" / "a").write_bytes(b"weightz")
+    new = hashlib.sha256(b"weightz").hexdigest()
+    changed = f"{step / 'state' / 'a'} has changed since it was written"
+    assert _mismatch(step) == f"{changed} (SHA-256 {old[:12]} -> {new[:12]})"
+    verify_checksums(step, "meta")  # only the item's folder is checked
+    assert _mismatch(step, "state").startswith(f"{step / 'state' / 'a'} has changed")
+    (step / "state" / "a").unlink()
+    assert _mismatch(step) == f"{step / 'state' / 'a'} is missing"
+    (step / CHECKSUMS).write_text("{not json")
+    assert _mismatch(step).startswith(f"{step / CHECKSUMS} does not read: Expecting property name")
+
+
+def test_a_step_without_checksums_is_read_unchecked_with_one_warning(step, capsys):
+    (step / CHECKSUMS).unlink()
+    (step / "state" / "a").write_bytes(b"anything")
+    verify_checksums(step)
+    verify_checksums(step)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"spatial-jax: {step} has no {CHECKSUMS} ") and "unchecked" in err
+
+
+def test_reason_is_one_line():
+    assert _reason(ValueError("first\nsecond")) == "ValueError: first"
+    assert _reason(OSError("  \n")) == "OSError: "
+    assert _reason(RuntimeError("x" * 400)) == "RuntimeError: " + "x" * 300
+
+
+def test_set_aside_keeps_every_damaged_copy_and_newest_says_why(tmp_path):
+    import jax.numpy as jnp
+
+    from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
+
+    with Checkpointer(tmp_path, async_save=False) as ck:
+        with pytest.raises(FileNotFoundError) as err:
+            ck.restore_newest({"w": jnp.zeros(2)})
+        assert str(err.value) == f"no checkpoint in {tmp_path / 'checkpoints'}"
+        for n in range(3):  # step 2 written, found damaged and set aside, three times over
+            ck.save(2, {"w": jnp.full(2, float(n))}, {"step": 2}, force=True)
+            assert ck.set_aside(2).name == ("2" if n == 0 else f"2.{n}") and ck.all_steps() == []
+        assert sorted(p.name for p in (tmp_path / "damaged_checkpoints").iterdir()) == ["2", "2.1", "2.2"]
+        for step in (1, 2):
+            ck.save(step, {"w": jnp.full(2, float(step))}, {"step": step}, force=True)
+            (tmp_path / "checkpoints" / str(step) / "meta" / "metadata").write_text("")
+        with pytest.raises(CheckpointError) as err:
+            ck.restore_newest({"w": jnp.zeros(2)})
+    first, second = (f"{tmp_path / 'checkpoints' / s}: " for s in "21")
+    assert str(err.value).startswith(f"no checkpoint in {tmp_path / 'checkpoints'} reads back: {first}")
+    assert f"; {second}" in str(err.value)  # each step's reason, newest first
