@@ -16,7 +16,10 @@ import rollout_gap  # noqa: E402
 
 SMOKE = ["sft.steps=0", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2", "rl.sampling.max_new_tokens=12",
          "data.train=synthetic:train:16", "eval.after_rl=false", "data.bucket_lengths=[256,512]",
-         "rl.rollout_mode=one_step_off", "rl.optim.warmup_ratio=0.0"]
+         "rl.rollout_mode=one_step_off", "rl.optim.warmup_ratio=0.0",
+         # the random policy earns no reward spread, so no advantage moves it: weight decay makes step 1 move the
+         # weights, which the staleness half of the gap's split must then show
+         "rl.optim.weight_decay=0.5"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -112,7 +112,7 @@ def _run_step(job, rewards_of_round, lengths=None):
                   for r in np.ravel(rewards_of_round[round_])]
         return Collected(comps, [], scores, prompts * G)
 
-    def update(step, comps, adv, tx, n_micro, opt_state, temperature, trained=None):
+    def update(step, comps, adv, tx, n_micro, opt_state, temperature, trained=None, behaviour=None):
         seen.update(comps=comps, adv=adv, trained=trained)
         return opt_state, {"loss": 0.0, "train_tokens": 1.0}
 
