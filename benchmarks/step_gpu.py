@@ -191,7 +191,7 @@ def _one_update(compiled, state, data) -> float:
     is donated and replaced. Returns the loss (which waits for the update)."""
     placed = compiled.input_shardings[0][:4]
     trainable, frozen, opt_state, data = jax.device_put((state[0], state[2], state[1], data), placed)
-    state[0], state[1], loss, _ = compiled(trainable, frozen, opt_state, data, None)
+    state[0], state[1], loss, *_ = compiled(trainable, frozen, opt_state, data, None)
     return float(loss)
 
 

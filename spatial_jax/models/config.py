@@ -25,8 +25,10 @@ ATTENTION_IMPLS = ("auto", "xla", "splash", "cudnn", "pallas")
 VISION_BUCKETS = (64, 256, 1024, 4096, 16384)
 
 LORA_TEXT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# the vision MLP's projections are linear_fc1/2 in Qwen3-VL's tower and gate/up/down_proj in Qwen2.5-VL's
+# the vision MLP's projections are linear_fc1/2 in Qwen3-VL's tower and gate/up/down_proj in Qwen2.5-VL's; the
+# default names Qwen3-VL's, as every run before Qwen2.5-VL recorded it (a Qwen2.5-VL run adds its MLP's names)
 LORA_VISION_TARGETS = ("qkv", "proj", "linear_fc1", "linear_fc2", "gate_proj", "up_proj", "down_proj")
+LORA_VISION_DEFAULT = ("qkv", "proj", "linear_fc1", "linear_fc2")
 # LoRA on the experts of a MoE layer: their fused gate/up and down projections (spatial_jax.models.moe)
 LORA_EXPERT_TARGETS = ("experts_gate_up", "experts_down")
 
@@ -151,7 +153,7 @@ class LoRAConfig:
     targets: tuple[str, ...] = LORA_TEXT_TARGETS
     vision_rank: int = 0
     vision_alpha: float = 8.0
-    vision_targets: tuple[str, ...] = LORA_VISION_TARGETS
+    vision_targets: tuple[str, ...] = LORA_VISION_DEFAULT
 
     def __post_init__(self):
         check_non_negative(self, "rank", "vision_rank")  # 0: no adapters
