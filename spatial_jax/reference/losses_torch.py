@@ -188,9 +188,8 @@ def sft_loss(logits, targets, mask, temperature: float = 1.0) -> torch.Tensor:
 
 
 def cosine_schedule(step: int, *, lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
-    """Linear warmup lr / warmup_steps, 2 lr / warmup_steps, ..., lr over the first warmup_steps updates, then cosine
-    from lr to min_lr at total_steps (float reference)."""
+    """Linear warmup 0 -> lr over warmup_steps, then cosine from lr to min_lr at total_steps (float reference)."""
     if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
+        return lr * step / warmup_steps
     progress = min(max((step - warmup_steps) / max(total_steps - warmup_steps, 1), 0.0), 1.0)
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -20,7 +20,7 @@ from spatial_jax.config import check_at_least, check_non_negative, check_positiv
 class OptimConfig:
     """Optimiser settings. Steps count optimiser updates (one per `grad_accum_steps` micro-batches).
 
-    lr, min_lr: peak and final learning rate; warmup_ratio: share of total_steps spent warming up linearly to lr;
+    lr, min_lr: peak and final learning rate; warmup_ratio: share of total_steps spent warming up linearly from 0;
     weight_decay, b1, b2, eps: AdamW (decoupled weight decay); grad_clip_norm: global-norm clip (0 = off);
     grad_accum_steps: micro-batches averaged per update (1 = none).
     """
@@ -52,18 +52,17 @@ class OptimConfig:
 
 
 def lr_schedule(cfg: OptimConfig) -> Callable[[Any], Any]:
-    """Learning rate of the update made after `step` updates: lr / warmup_steps, 2 lr / warmup_steps, ..., lr over
-    the first warmup_steps updates, then cosine to min_lr at total_steps, and min_lr after. Works on ints and on traced
-    jnp scalars (for logging, pass the step).
+    """Learning rate after `step` optimiser updates: 0 -> lr linearly over warmup_steps, then cosine to min_lr
+    at total_steps, and min_lr after. Works on ints and on traced jnp scalars (for logging, pass the step).
 
-    The warmup starts one step in: optax's warmup schedules and transformers' (whose LambdaLR the trainer steps after
-    each update) make their first update at learning rate 0, which a short stage (20 RL steps, warmup 1) cannot
-    spare: it would make one update fewer than it counts."""
+    The first update runs at learning rate 0, as optax's warmup schedules and transformers' (its LambdaLR stepped
+    after each update) do, and every published figure here was measured so; a stage of 20 updates with warmup 1
+    makes 19 that move the weights (warmup_ratio = 0 makes 20)."""
     warmup, total = cfg.warmup_steps, cfg.total_steps
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
-        warm = cfg.lr * (step + 1) / max(warmup, 1)
+        warm = cfg.lr * step / max(warmup, 1)
         progress = jnp.clip((step - warmup) / max(total - warmup, 1), 0.0, 1.0)
         cosine = cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
         return jnp.where(step < warmup, warm, cosine)
