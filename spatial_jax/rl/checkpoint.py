@@ -16,7 +16,8 @@ is saving in the same run directory from under it.
 
 A save that fails (a full disk) raises SaveFailed, one line naming the step and the file-system error, when the
 next save starts or on wait / close; orbax's own logging of that error, a traceback per thread, and asyncio's of the
-same error in each of the save's other writes ("Task exception was never retrieved"), are dropped.
+same error in each of the save's other writes ("Task exception was never retrieved", or "_GatheringFuture ..."), are
+dropped.
 """
 
 from __future__ import annotations
@@ -59,11 +60,15 @@ def _not_orbax_error(record: logging.LogRecord) -> bool:
     return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
 
 
+_LOST = re.compile(r"\w+ exception was never retrieved")  # asyncio's words for any kind of future
+
+
 def _not_orbax_lost_task(record: logging.LogRecord) -> bool:
-    """False for asyncio's "Task exception was never retrieved" of a task of orbax's: when one write of a save fails
-    (a full disk), orbax's gather raises the first error and never collects the others', which asyncio logs, a
-    traceback each, when the task is collected (any time later, at exit at the latest)."""
-    if not str(record.msg).startswith("Task exception was never retrieved") or not record.exc_info:
+    """False for asyncio's "<Task|Future|_GatheringFuture> exception was never retrieved" of orbax's: when one write of
+    a save fails (a full disk), orbax's gather raises the first error and never collects the others' (nor, at times,
+    the gather's own), which asyncio logs, a traceback each, when the future is collected (any time later, at exit at
+    the latest)."""
+    if not _LOST.match(str(record.msg)) or not record.exc_info:
         return True
     tb = record.exc_info[2]
     while tb is not None:
