@@ -6,7 +6,8 @@ whose steps change nothing would prove nothing), is SIGKILLed at least 10 times:
 one of the job's phases (startup and restore, SFT steps, checkpoint writes, the evaluations and their cache files,
 RL steps, the summary) by waiting for the job's own progress (lines of metrics.jsonl, files appearing) and then a
 random delay. After the last kill the job runs to its end; its parameters must equal those of an uninterrupted
-run, and its metrics must hold each step once.
+run, and its metrics must hold each step once. Marked `soak` (minutes, a dozen kills): deselected from the suite,
+run by .ci/run in its soak step.
 """
 
 import json
@@ -79,7 +80,7 @@ def _params(run_dir: Path):
     return jax.tree.map(np.asarray, job.trainable)
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_a_run_killed_anywhere_resumes_to_the_same_parameters(tmp_path):
     env = _env(tmp_path / "xla_cache")
     straight = tmp_path / "straight"
