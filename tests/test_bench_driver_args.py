@@ -59,9 +59,11 @@ def test_results_naming_the_config_or_a_non_markdown_file_is_refused_and_kept(tm
     (learning, ["seed=3"], "seed= is set by the driver"),
     (uncertain, ["data.train=/x.jsonl"], "data.train= is set by the driver"),
     (uncertain, ["--seeds", "0", "0"], "--seeds must be distinct"),
-    (uncertain, ["--train-rows", "-5"], "--train-rows must be >= 1, got -5"),
-    (uncertain, ["--eval-rows", "0"], "--eval-rows must be >= 1, got 0"),
-    (uncertain, ["--train-rows", HUGE], "GiB free"),
+    (uncertain, ["--train-rows", "-5"], "--train-rows must lie in [1, 1000000000], got -5"),
+    (uncertain, ["--eval-rows", "0"], "--eval-rows must lie in [1, 1000000000], got 0"),
+    (uncertain, ["--train-rows", HUGE], f"--train-rows must lie in [1, 1000000000], got {HUGE}"),
+    (uncertain, ["--train-rows", "1000000000"], "GiB free"),  # within the bound, beyond the disk
+    (uncertain, ["--seeds", str(2**31)], "--seeds must be distinct integers in [0, 2**31)"),
     (papers, ["--paper", "prosr", "--out", ""], "--out is empty"),
 ])
 def test_driver_arguments_are_refused_before_anything_is_written(driver, argv, needle, tmp_path, no_runs, capsys):
