@@ -128,7 +128,8 @@ def tables(per_seed: list[dict], seeds: list[int], note: str, gap_configs: list[
 
 
 # what every run's settings take from the driver (papers.py's OWNED)
-OWNED = {"run_dir": "--out", "seed": "--seeds", "policy.checkpoint": "each arm starts from the SFT start's export"}
+# (policy.checkpoint is the job's to set: with sft.steps = 0 the arms start from it)
+OWNED = {"run_dir": "--out", "seed": "--seeds"}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
