@@ -159,10 +159,10 @@ def test_a_script_folder_is_new_empty_or_its_own(tmp_path):
     assert claim_folder(own, "--out", "mine.py") == own  # a rerun goes on in its own folder
     with pytest.raises(ConfigError, match="holds files that other.py did not write"):
         claim_folder(own, "--out", "other.py")
-    data = tmp_path / "data"
-    data.mkdir()
-    with pytest.raises(ConfigError, match="lies inside its input"):
-        claim_folder(data / "out", "--out", "mine.py", [data])
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "x").write_text("x")
+    with pytest.raises(ConfigError, match="holds files that mine.py did not write"):
+        claim_folder(tmp_path / "theirs", "--out", "mine.py")
     with pytest.raises(ConfigError, match="--out is empty"):
         claim_folder("", "--out", "mine.py")
-    assert sorted(p.name for p in data.iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "theirs").iterdir()) == ["x"]

@@ -71,15 +71,12 @@ def write_own(path: PathLike, content: dict | str, owner: str, flag: str = "--ou
         part.unlink(missing_ok=True)
 
 
-def claim_folder(out: PathLike, flag: str, owner: str, inputs: Iterable[PathLike | None] = ()) -> Path:
+def claim_folder(out: PathLike, flag: str, owner: str) -> Path:
     """`out`, made `owner`'s folder (created with its mark when new or empty), or a ConfigError (rc 2) when it is a
-    file, empty, an input or inside one, or holds files while not marked as `owner`'s: a rerun may add to and replace
-    in its own earlier folder, and never in a folder someone else filled."""
+    file, empty, or holds files while not marked as `owner`'s: a rerun may add to and replace in its own earlier
+    folder, and never in a folder someone else filled."""
     check_folder(out, flag)
     out = Path(out)
-    for given in inputs:
-        if given and os.path.isdir(given) and Path(os.path.realpath(out)).is_relative_to(os.path.realpath(given)):
-            raise ConfigError(f"{flag} {out} lies inside its input {given}")
     mark = out / FOLDER_MARK
     if out.is_dir() and any(out.iterdir()):
         try:
