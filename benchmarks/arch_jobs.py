@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     p.add_argument("--archs", nargs="+", choices=sorted(ARCHS), default=sorted(ARCHS))
     args = p.parse_args(argv)
     if args.out.exists():
-        raise SystemExit(f"arch_jobs: --out {args.out} exists; give a new folder")
+        p.error(f"--out {args.out} exists: give a new folder")
     tok = build_tokenizer()
     results = []
     for arch in args.archs:

@@ -38,8 +38,11 @@ import jax
 from compile_time import cpu_name  # this folder is sys.path[0] when the script runs
 
 from spatial_jax.cli.job_config import load_job
+from spatial_jax.cli.script_guard import check_counts, claim_folder, write_own
+from spatial_jax.config import ConfigError
 from spatial_jax.rl import train as train_module
 
+OWNER = Path(__file__).name
 ARMS = {
     "sync, 8 devices": ["mesh.data=8"],
     "sync, 4 devices": ["mesh.data=4"],
@@ -115,14 +118,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--warmup must leave at least one of --steps measured (the last is not)")
     if "sync, 8 devices" not in args.arms:
         p.error("the ratios are against 'sync, 8 devices': keep that arm")
-    out = Path(args.out)
+    try:
+        check_counts({"--steps": (args.steps, 2, 1000)})
+        out = claim_folder(args.out, "--out", OWNER)  # each arm's run folder in it is cleared first
+    except ConfigError as e:
+        p.error(str(e))
     results = {}
     for name in args.arms:
         print(f"== {name}", file=sys.stderr, flush=True)
         results[name] = summarise(run_arm(name, [*ARMS[name], *args.overrides], out, args.steps), args.warmup)
     text = table(results, args.steps, args.warmup, args.overrides)
     print(text)
-    (out / "table.md").write_text(text + "\n", encoding="utf-8")
+    write_own(out / "table.md", text, OWNER)
     return 0
 
 

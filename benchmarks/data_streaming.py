@@ -24,6 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from spatial_jax.cli.outputs import check_room
+from spatial_jax.cli.script_guard import check_counts, claim_folder
+from spatial_jax.config import ConfigError
+
+OWNER = Path(__file__).name
+ROW_BYTES = 2048  # a row of both layouts together, with room: the parquet row's PNG and the JSON line
+
 
 def write_copies(root: Path, n: int) -> dict[str, str]:
     import io
@@ -102,17 +109,23 @@ def table(results: list[dict]) -> None:
               f"{total:,.0f} | {r['shuffled_rows_per_s']:,.0f} | {r['peak_rss_mb']:.0f} |")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 200_000])
     p.add_argument("--threads", type=int, default=0, help="grain reading threads (data.read_threads; default 0)")
     p.add_argument("--out", default=None, help="folder for the copies (default: a temporary one)")
     p.add_argument("--arm", nargs=3, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.arm:
         print(json.dumps(arm(args.arm[0], args.arm[1], int(args.arm[2]))))
         return
-    root = Path(args.out or tempfile.mkdtemp(prefix="streaming_"))
+    try:
+        check_counts({"--sizes": (args.sizes, 1, 10**7), "--threads": (args.threads, 0, 256)})
+        check_room(args.out or tempfile.gettempdir(), ROW_BYTES * sum(args.sizes), "--sizes")
+        root = claim_folder(args.out, "--out", OWNER) if args.out is not None else Path(tempfile.mkdtemp(
+            prefix="streaming_"))
+    except ConfigError as e:
+        p.error(str(e))
     results = []
     for n in args.sizes:
         for layout, spec in write_copies(root, n).items():

@@ -33,9 +33,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
+from spatial_jax.config import ConfigError
 from spatial_jax.kernels import naive, position_entropy, xla
 
 OUT = Path(__file__).resolve().parent / "out" / "entropy_kernels.json"
+OWNER = Path(__file__).name
 IMPLS = ("naive", "xla", "floor")
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -57,8 +60,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.v, args.d, args.repeats, args.positions = [64, 256], [5000], 128, 2, 16
-    if min(args.n + args.v + [args.d, args.repeats, args.positions]) < 1:
-        p.error("sizes, repeats and positions must be >= 1")
+    try:
+        check_counts({"--n": (args.n, 1, 2**20), "--v": (args.v, 1, 2**20), "--d": (args.d, 1, 2**16),
+                      "--block-n": (args.block_n or 1, 1, 2**20), "--block-v": (args.block_v or 1, 1, 2**20),
+                      "--repeats": (args.repeats, 1, 1000), "--positions": (args.positions, 1, 2**20)})
+        if args.render is None:
+            check_own_output(args.out, "--out", OWNER)
+    except ConfigError as e:
+        p.error(str(e))
     return args
 
 
@@ -272,8 +281,7 @@ def markdown(result: dict) -> str:
 
 
 def _write(result: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
+    write_own(path, result, OWNER)
 
 
 def main(argv=None) -> dict:

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
+from spatial_jax.config import ConfigError
+
 OUT = Path(__file__).resolve().parent / "out" / "export.json"
+OWNER = Path(__file__).name
 
 
 def whole_model_save(model, path) -> None:
@@ -58,13 +61,19 @@ def measure(fn) -> tuple[float, float]:
     return seconds, peak
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=16384)
     ap.add_argument("--devices", type=int, default=8)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    try:
+        check_counts({"--hidden": (args.hidden, 64, 2**16), "--layers": (args.layers, 1, 1024),
+                      "--vocab": (args.vocab, 16, 2**20), "--devices": (args.devices, 1, 1024)})
+        check_own_output(OUT, "the output", OWNER)
+    except ConfigError as e:
+        ap.error(str(e))
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import numpy as np
@@ -91,8 +100,7 @@ def main() -> None:
            "devices": args.devices, "streamed_s": streamed[0], "streamed_peak_MiB": streamed[1],
            "whole_s": whole[0], "whole_peak_MiB": whole[1], "peak_ratio": whole[1] / max(streamed[1], 1e-9),
            "time_ratio": streamed[0] / whole[0]}
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(row, indent=2))
+    write_own(OUT, row, OWNER, "the output")
     for k, v in row.items():
         print(f"{k:>20}: {v:.3f}" if isinstance(v, float) else f"{k:>20}: {v}")
 

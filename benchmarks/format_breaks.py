@@ -24,12 +24,15 @@ import jax
 import numpy as np
 
 from spatial_jax import config as C
+from spatial_jax.cli import one_line_errors
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
 from spatial_jax.data.pipeline import train_iterator
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.workspace import Workspace
 from spatial_jax.rollout.collect import collect
 from spatial_jax.rollout.sampler import decode, prefill
 
+OWNER = Path(__file__).name
 KINDS = ("byte fragment", "format word", "other text")
 
 
@@ -150,13 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="JSON file to write the figures and every break to")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_intermixed_args(argv)
+    return one_line_errors("format_breaks.py", lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    check_counts({"--prompts": (args.prompts, 1, 10**5), "--seed": (args.seed, 0, 2**31)})
+    if args.out:
+        check_own_output(args.out, "--out", OWNER, [args.run_dir, args.config])
     cfg = C.load(TrainConfig, args.config, [*args.overrides, f"run_dir={args.run_dir}", "progress=false",
                                             "tensorboard=false"])
     result = measure(cfg, args.prompts, args.seed)
     summary = {k: v for k, v in result.items() if k != "breaks"}
     print(json.dumps(summary, indent=1))
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+        write_own(args.out, result, OWNER)
     return 0
 
 

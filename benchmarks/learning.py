@@ -30,6 +30,7 @@ import numpy as np
 
 from spatial_jax import config as C
 from spatial_jax.cli import one_line_errors
+from spatial_jax.cli.script_guard import claim_folder
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.report import correct_by_id, read_json
 from spatial_jax.rl.train import train
@@ -202,8 +203,7 @@ def measure(args: argparse.Namespace) -> int:
     for seed in args.seeds:  # a bad setting, of any run, fails before the first
         for extra in [["rl.steps=0"], *(extra for _, extra in VARIANTS.values())]:
             C.load(TrainConfig, args.config, [f"seed={seed}", *args.overrides, *extra])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_folder(args.out, "--out", "learning.py")
     t0 = time.perf_counter()
     per_seed = [run_seed(args.config, out, s, list(args.overrides)) for s in args.seeds]
     minutes = (time.perf_counter() - t0) / 60

@@ -28,11 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
+from spatial_jax.config import ConfigError
 from spatial_jax.models import ModelConfig
 from spatial_jax.models.config import TextConfig
 from spatial_jax.models.moe import SparseMoE, dense_moe
 
 OUT = Path(__file__).resolve().parent / "out" / "moe.json"
+OWNER = Path(__file__).name
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,6 +52,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.d, args.experts, args.inter, args.top_k, args.repeats = [64, 256], 128, 16, 64, 4, 2
+    try:
+        check_counts({"--n": (args.n, 1, 2**20), "--d": (args.d, 1, 2**16), "--experts": (args.experts, 1, 4096),
+                      "--inter": (args.inter, 1, 2**16), "--top-k": (args.top_k, 1, args.experts),
+                      "--repeats": (args.repeats, 1, 1000)})
+        check_own_output(args.out, "--out", OWNER)
+    except ConfigError as e:
+        p.error(str(e))
     return args
 
 
@@ -112,8 +122,7 @@ def main(argv=None) -> int:
     meta = dict(backend=jax.default_backend(), device=str(jax.devices()[0].device_kind), host=platform.node(),
                 d=args.d, experts=args.experts, inter=args.inter, top_k=args.top_k, dtype=args.dtype,
                 repeats=args.repeats)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
+    write_own(args.out, dict(meta=meta, rows=rows), OWNER)
     print(f"\n{meta['device']} ({meta['backend']}), D {args.d}, {args.experts} experts of {args.inter}, top "
           f"{args.top_k}, {args.dtype}\n")
     print("| N | mode | grouped (ms) | dense loop (ms) | dense / grouped | grouped peak (MiB) | dense peak (MiB) |")

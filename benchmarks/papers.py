@@ -34,6 +34,7 @@ import paper_spatialthinker
 
 from spatial_jax import config as C
 from spatial_jax.cli import one_line_errors
+from spatial_jax.cli.script_guard import claim_folder
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.train import train
 
@@ -104,8 +105,7 @@ def validate(args: argparse.Namespace) -> None:
 
 def measure(args: argparse.Namespace) -> int:
     validate(args)
-    paper, out = PAPERS[args.paper], Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    paper, out = PAPERS[args.paper], claim_folder(args.out, "--out", "papers.py")
     # every run compiles the same programs: XLA's persistent cache compiles each once
     jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)

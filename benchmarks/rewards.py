@@ -11,13 +11,16 @@ Writes benchmarks/out/rewards.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
 from pathlib import Path
 
+from spatial_jax.cli import one_line_errors
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
+
 OUT = Path(__file__).resolve().parent / "out" / "rewards.json"
+OWNER = Path(__file__).name
 
 
 def _timed(fn) -> tuple[float, object]:
@@ -79,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
+    return one_line_errors("rewards.py", lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    check_counts({"--n": (args.n, 1, 10**7), "--repeats": (args.repeats, 1, 1000), "--seed": (args.seed, 0, 2**31)})
+    check_own_output(args.out, "--out", OWNER)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
     import torch
@@ -93,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
         "results": rows,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_own(args.out, report, OWNER)
     head = f"{'method':<12}{'n':>7}{'default/s (warm)':>18}{'default/s (cold)':>18}{'torch/s':>10}" \
            f"{'ratio warm':>12}{'ratio cold':>12}{'max |diff|':>12}"
     print(head)

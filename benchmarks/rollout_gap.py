@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import driver_args
 import jax
 import learning
 import numpy as np
@@ -32,6 +33,7 @@ import papers
 
 from spatial_jax import config as C
 from spatial_jax.cli import one_line_errors
+from spatial_jax.cli.script_guard import claim_folder
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.metrics import read_metrics
 from spatial_jax.rl.train import train
@@ -125,6 +127,11 @@ def tables(per_seed: list[dict], seeds: list[int], note: str, gap_configs: list[
     return "\n".join(lines)
 
 
+# what every run's settings take from the driver (papers.py's OWNED)
+# (policy.checkpoint is the job's to set: with sft.steps = 0 the arms start from it)
+OWNED = {"run_dir": "--out", "seed": "--seeds"}
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="configs/tiny_cpu.toml")
@@ -139,10 +146,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def validate(args: argparse.Namespace) -> None:
     """Every run's settings, before the first run starts."""
-    if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
-        raise C.ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
-    if args.results and not Path(args.results).is_file():
-        raise C.ConfigError(f"--results {args.results}: no such file (the tables go into an existing RESULTS.md)")
+    driver_args.check(args, OWNED, inputs=args.gap_configs)
     for seed in args.seeds:
         for _, extra in ARMS.values():
             cfg = C.load(TrainConfig, args.config, [f"seed={seed}", *BF16, *args.overrides, *extra])
@@ -159,8 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace) -> int:
     validate(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_folder(args.out, "--out", "rollout_gap.py")
     # every run compiles the same programs: XLA's persistent cache compiles each once (the settings are put back
     # after, so a caller's process keeps its own)
     cache = {"jax_compilation_cache_dir": str(out / "jax_cache"), "jax_persistent_cache_min_compile_time_secs": 1.0}

@@ -26,14 +26,17 @@ Writes benchmarks/out/sampler.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
 import time
 from pathlib import Path
 
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
+from spatial_jax.config import ConfigError
+
 OUT = Path(__file__).resolve().parent / "out" / "sampler.json"
+OWNER = Path(__file__).name
 
 
 def _best(fn, repeats: int) -> float:
@@ -148,7 +151,7 @@ def skewed(args) -> dict:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--new", type=int, default=128)
@@ -159,12 +162,19 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=10)
     parser.add_argument("--short", type=int, default=32)
     parser.add_argument("--skewed-only", action="store_true", help="only the skewed-length case")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:
+        check_counts({"--batch": (args.batch, 1, 4096), "--new": (args.new, 1, 2**16),
+                      "--repeats": (args.repeats, 1, 1000), "--vocab": (args.vocab, 16, 2**20),
+                      "--seed": (args.seed, 0, 2**31), "--requests": (args.requests, 1, 10**5),
+                      "--slots": (args.slots, 1, 4096), "--short": (args.short, 1, 2**16)})
+        check_own_output(OUT, "the output", OWNER)
+    except ConfigError as e:
+        parser.error(str(e))
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if args.skewed_only:
         report = {"skewed": skewed(args)}
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(report, indent=2))
+        write_own(OUT, report, OWNER, "the output")
         print(f"wrote {OUT}")
         return
 
@@ -244,8 +254,7 @@ def main() -> None:
         "jax": jax.__version__, "torch": torch.__version__, "torch_default_threads": default_threads,
         "cpu_count": os.cpu_count(), "platform": platform.platform(), "results": results, "skewed": skewed(args),
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(report, indent=2))
+    write_own(OUT, report, OWNER, "the output")
 
     print(f"batch {B}, {N} new tokens, prompt {ids.shape[1]} tokens, vocab {args.vocab}, CPU x{os.cpu_count()}")
     head = f"{'mode':<7} {'ours tok/s':>11} {'HF tok/s':>10} {'decode x':>9} {'e2e x':>7} {'ours total':>11} " \

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import platform
 import statistics
 import sys
@@ -71,6 +70,8 @@ import optax
 from flax import nnx
 from shared_prefix import batch  # this folder is sys.path[0] when the script runs
 
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
+from spatial_jax.config import ConfigError
 from spatial_jax.models import ModelConfig, Qwen3VL
 from spatial_jax.models.sharding import make_mesh, shard_model
 from spatial_jax.rl.losses import LossConfig
@@ -81,6 +82,12 @@ from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.engine import Request
 
 OUT = Path(__file__).resolve().parent / "out"
+OWNER = Path(__file__).name
+# each size's (least, most): the most lies beyond any chip's memory, so a typo is refused instead of run for hours
+BOUNDS = {"prompts": (1, 1024), "group": (1, 256), "prompt_len": (1, 2**17), "completion": (1, 2**17),
+          "image": (1, 4096), "steps": (1, 1000), "matmul_n": (1, 2**16), "slots": (1, 4096), "context": (1, 2**17),
+          "chunk": (1, 2**17), "page_size": (1, 4096), "every_arm_at": (1, 4096), "repeats": (1, 1000),
+          "copy_gib": (1 / 1024, 256)}
 
 
 def model_config(name: str, **kw) -> ModelConfig:
@@ -171,8 +178,7 @@ def _peak_bytes() -> int | None:
 
 
 def _write(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
+    write_own(path, result, OWNER)
     print(f"wrote {path}", file=sys.stderr, flush=True)
 
 
@@ -584,9 +590,13 @@ def main(argv=None) -> None:
     parts["all"].add_argument("--step-arms", nargs="+", default=["xla/whole:full:auto", "pallas+graph/best"],
                               help="decode arm/update arm per whole RL step (best: the fastest update arm)")
     args = parser.parse_args(argv)
-    for name in ("prompts", "group", "prompt_len", "completion", "image", "steps", "context", "chunk", "repeats"):
-        if getattr(args, name, 1) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    given = {name: getattr(args, name) for name in BOUNDS if hasattr(args, name)}
+    out = args.out or OUT / f"step_gpu_{args.part}.json"
+    try:
+        check_counts({f"--{name.replace('_', '-')}": (value, *BOUNDS[name]) for name, value in given.items()})
+        check_own_output(out, "--out", OWNER)
+    except ConfigError as e:
+        parser.error(str(e))
     try:
         for arm in getattr(args, "arms", ()):
             parse_update_arm(arm)
@@ -594,7 +604,6 @@ def main(argv=None) -> None:
             parse_step_arm(arm)
     except ValueError as e:
         parser.error(str(e))
-    out = args.out or OUT / f"step_gpu_{args.part}.json"
     if args.part != "all":
         result = _device_info()
         (run_rl if args.part == "rl" else run_decode)(args, result, lambda: _write(out, result))

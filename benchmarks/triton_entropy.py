@@ -38,7 +38,11 @@ import sys
 import time
 from pathlib import Path
 
+from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
+from spatial_jax.config import ConfigError
+
 OUT_DIR = Path(__file__).resolve().parent / "out"
+OWNER = Path(__file__).name
 MODES = ("fwd", "fwd_bwd_dh", "fwd_bwd_dh_dw")
 
 
@@ -58,7 +62,18 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/out/triton_entropy*.json)")
     p.add_argument("--peers", action="store_true", help="parity and timing beside CCE, Liger and verl")
     p.add_argument("--parity-n", type=int, default=256, help="rows N of the --peers parity inputs")
-    return p.parse_args()
+    args = p.parse_args()
+    args.out = args.out or OUT_DIR / f"triton_entropy{'_peers' * args.peers}{'_interpret' * args.interpret}.json"
+    try:
+        check_counts({"--ns": (args.ns, 1, 2**20), "--d": (args.d, 1, 2**16), "--v": (args.v, 2, 2**20),
+                      "--blocks": (args.blocks, 1, 2**12), "--num-warps": (args.num_warps, 1, 64),
+                      "--num-stages": (args.num_stages, 1, 16), "--budget-s": (args.budget_s, 1e-3, 3600),
+                      "--parity-n": (args.parity_n, 1, 2**16)})
+        for path in [args.out, args.out.with_suffix(".md")] if args.peers else [args.out]:
+            check_own_output(path, "--out", OWNER)
+    except ConfigError as e:
+        p.error(str(e))
+    return args
 
 
 ARGS = _parse()
@@ -295,8 +310,7 @@ def _interpret(out_path: Path) -> None:
 
 
 def _write(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
+    write_own(path, result, OWNER)
     print(f"wrote {path}")
 
 
@@ -318,7 +332,7 @@ def _peer_report(out_path, result):
     text = "\n\n".join([peers.kernels_markdown(result["peers"]), peers.parity_markdown(result["parity"])]
                         + ([peers.timing_markdown(result)] if result.get("cases") else []))
     md = out_path.with_suffix(".md")
-    md.write_text(text + "\n")
+    write_own(md, text, OWNER)
     print(f"\n{text}\nwrote {md}")
 
 
@@ -381,16 +395,16 @@ def _peers_interpret(out_path: Path) -> None:
 
 def main() -> None:
     if ARGS.peers and ARGS.interpret:
-        _peers_interpret(ARGS.out or OUT_DIR / "triton_entropy_peers_interpret.json")
+        _peers_interpret(ARGS.out)
     elif ARGS.interpret:
-        _interpret(ARGS.out or OUT_DIR / "triton_entropy_interpret.json")
+        _interpret(ARGS.out)
     elif not torch.cuda.is_available():
         print("triton_entropy benchmark: no CUDA device here; nothing timed. "
               "Run it on an NVIDIA GPU, or pass --interpret for a CPU smoke test.")
     elif ARGS.peers:
-        _peers_gpu(ARGS.out or OUT_DIR / "triton_entropy_peers.json", "cuda")
+        _peers_gpu(ARGS.out, "cuda")
     else:
-        _gpu(ARGS.out or OUT_DIR / "triton_entropy.json", "cuda")
+        _gpu(ARGS.out, "cuda")
 
 
 if __name__ == "__main__":

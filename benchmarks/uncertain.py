@@ -33,6 +33,7 @@ import learning
 from spatial_jax import config as C
 from spatial_jax.cli import main as cli_main
 from spatial_jax.cli import one_line_errors
+from spatial_jax.cli.script_guard import claim_folder
 from spatial_jax.data.jsonl import write_jsonl
 from spatial_jax.data.sample import Sample
 from spatial_jax.data.synthetic import ROW_BYTES, SyntheticSource, to_norm, written_bytes
@@ -193,9 +194,9 @@ def measure(args: argparse.Namespace) -> int:
     # the training file and the held-out one with their images, and a JSONL copy of the first per corruption level
     room = written_bytes(cfg.data.synthetic, max(args.train_rows, 0) + max(args.eval_rows, 0)) + \
         (len(args.levels) - 1) * max(args.train_rows, 0) * ROW_BYTES
-    driver_args.check(args, OWNED, counts={"--train-rows": (args.train_rows, 1), "--eval-rows": (args.eval_rows, 1)},
-                      room=room)
-    out = Path(args.out)
+    counts = {"--train-rows": (args.train_rows, 1, 10**9), "--eval-rows": (args.eval_rows, 1, 10**9)}
+    driver_args.check(args, OWNED, counts=counts, room=room)
+    out = claim_folder(args.out, "--out", "uncertain.py")
     # every run compiles the same programs (the reward is scored on the host): XLA's persistent cache compiles each once
     jax.config.update("jax_compilation_cache_dir", str(out / "jax_cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)

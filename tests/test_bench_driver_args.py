@@ -1,7 +1,8 @@
-"""Issue 44, findings 1, 8, 9 and 13: the benchmark drivers share one argument check (benchmarks/driver_args.py, over
-the commands' guards in spatial_jax/cli/outputs.py), made before anything is written: --results never names the
-config (or any non-Markdown file), counts are bounded below and by the disk, seeds are distinct, and an override of a
-setting the driver owns is refused."""
+"""Issue 44, findings 1, 8, 9 and 13: the benchmark drivers (papers, learning, uncertain, rollout_gap) share one
+argument check (benchmarks/driver_args.py, over the commands' guards in spatial_jax/cli/outputs.py and
+script_guard.py), made before anything is written: --results never names the config (or any non-Markdown file),
+counts are bounded and fit on the disk, seeds are distinct, and an override of a setting the driver owns is
+refused."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ sys.path.append(str(ROOT / "benchmarks"))
 import learning  # noqa: E402
 import paper_spatialthinker  # noqa: E402
 import papers  # noqa: E402
+import rollout_gap  # noqa: E402
 import uncertain  # noqa: E402
 
 from spatial_jax.cli import main  # noqa: E402
@@ -26,7 +28,7 @@ HUGE = "99999999999999"
 
 @pytest.fixture
 def no_runs(monkeypatch):
-    for module in (papers, learning, uncertain):
+    for module in (papers, learning, uncertain, rollout_gap):
         monkeypatch.setattr(module, "run_seed", lambda *a: pytest.fail("a run started"))
     monkeypatch.setattr(uncertain, "write_data", lambda *a: pytest.fail("data written"))
 
@@ -57,11 +59,15 @@ def test_results_naming_the_config_or_a_non_markdown_file_is_refused_and_kept(tm
     (papers, ["--paper", "prosr", "run_dir=/x"], "run_dir= is set by the driver"),
     (papers, ["--paper", "prosr", "policy.checkpoint=/x"], "policy.checkpoint= is set by the driver"),
     (learning, ["seed=3"], "seed= is set by the driver"),
+    (rollout_gap, ["run_dir=/x"], "run_dir= is set by the driver"),
+    (rollout_gap, ["--seeds", "0", "0"], "--seeds must be distinct"),
     (uncertain, ["data.train=/x.jsonl"], "data.train= is set by the driver"),
     (uncertain, ["--seeds", "0", "0"], "--seeds must be distinct"),
-    (uncertain, ["--train-rows", "-5"], "--train-rows must be >= 1, got -5"),
-    (uncertain, ["--eval-rows", "0"], "--eval-rows must be >= 1, got 0"),
-    (uncertain, ["--train-rows", HUGE], "GiB free"),
+    (uncertain, ["--train-rows", "-5"], "--train-rows must lie in [1, 1000000000], got -5"),
+    (uncertain, ["--eval-rows", "0"], "--eval-rows must lie in [1, 1000000000], got 0"),
+    (uncertain, ["--train-rows", HUGE], f"--train-rows must lie in [1, 1000000000], got {HUGE}"),
+    (uncertain, ["--train-rows", "1000000000"], "GiB free"),  # within the bound, beyond the disk
+    (uncertain, ["--seeds", str(2**31)], "--seeds must be distinct integers in [0, 2**31)"),
     (papers, ["--paper", "prosr", "--out", ""], "--out is empty"),
 ])
 def test_driver_arguments_are_refused_before_anything_is_written(driver, argv, needle, tmp_path, no_runs, capsys):

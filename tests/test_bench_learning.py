@@ -97,7 +97,7 @@ def test_figures_read_the_rows_train_wrote(tmp_path):
 
 @pytest.mark.parametrize("argv, status, message", [
     (["rl.steps=-1"], 2, "learning.py: configuration error: rl.steps must lie in [0, 2147483647], got -1"),
-    (["--seeds", "0", "-1"], 2, "learning.py: configuration error: --seeds must be distinct non-negative integers, "
+    (["--seeds", "0", "-1"], 2, "learning.py: configuration error: --seeds must be distinct integers in [0, 2**31), "
                                 "got [0, -1]"),
     (["--config", "nope.toml"], 2, "learning.py: configuration error: config file nope.toml does not exist"),
     (["--results", "/nonexistent/RESULTS.md"], 2,

@@ -23,8 +23,8 @@ SMOKE = ["sft.steps=0", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2"
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--seeds", "1", "1"], "--seeds must be distinct non-negative integers"),
-    (["--seeds", "-1"], "--seeds must be distinct non-negative integers"),
+    (["--seeds", "1", "1"], "--seeds must be distinct integers in [0, 2**31)"),
+    (["--seeds", "-1"], "--seeds must be distinct integers in [0, 2**31)"),
     (["--results", "nowhere/RESULTS.md"], "--results nowhere/RESULTS.md: no such file"),
     (["rl.nope=1"], "unknown config key"),
     (["rl.steps=0"], "rl.steps=0: the arms differ only in their RL stage"),

@@ -1,6 +1,6 @@
 """Issue 44, findings 2 and 10: the one rule of a folder output (spatial_jax/cli/outputs.new_files), for to-cvbench,
-export and gen-data: a file the command did not write is never replaced, an empty path is refused, and a refusal or
-an error partway leaves nothing behind."""
+export, gen-data and pretrain: a file the command did not write is never replaced, an empty path is refused, and a
+refusal or an error partway leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -83,3 +83,47 @@ def test_a_clash_found_while_moving_in_undoes_every_file_moved(tmp_path, monkeyp
                 (stage / name).write_text(name)
             (out / "b").mkdir(parents=True)
     assert _tree(tmp_path) == {"out/b/z": b"theirs"}
+
+
+def _no_training(monkeypatch):
+    import spatial_jax.rl.pretrain
+
+    monkeypatch.setattr(spatial_jax.rl.pretrain, "pretrain", lambda *a: pytest.fail("the pre-training started"))
+
+
+def test_pretrain_refuses_a_folder_holding_files_before_training(tmp_path, monkeypatch, capsys):
+    """Its default --out is the shipped base: run again, it would have written over it (and any folder's own
+    config.json or model.safetensors) after the training; now it is refused before."""
+    _no_training(monkeypatch)
+    shipped = ROOT / "checkpoints" / "tiny_base"
+    before = _tree(shipped)
+    monkeypatch.chdir(ROOT)
+    assert main(["pretrain", f"run_dir={tmp_path / 'run'}"]) == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"theirs")
+    assert main(["pretrain", "--config", str(ROOT / "configs" / "pretrain_tiny.toml"), "--out", str(other),
+                 f"run_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("already holds files" in line for line in err), err
+    assert _tree(shipped) == before and _tree(other) == {"model.safetensors": b"theirs"}
+    assert sorted(os.listdir(tmp_path)) == ["other"]
+
+
+def test_pretrain_writes_beside_and_moves_in_only_a_complete_base(tmp_path, monkeypatch, capsys):
+    import spatial_jax.rl.pretrain
+
+    def export(cfg, out, fail):
+        Path(out).mkdir(parents=True)
+        (Path(out) / "config.json").write_text("{}")
+        if fail:
+            raise OSError("disk full")
+        return {"files": {"config.json": "ab" * 32}}
+
+    config = str(ROOT / "configs" / "pretrain_tiny.toml")
+    monkeypatch.setattr(spatial_jax.rl.pretrain, "pretrain", lambda cfg, out: export(cfg, out, True))
+    assert main(["pretrain", "--config", config, "--out", str(tmp_path / "base"), f"run_dir={tmp_path / 'run'}"]) == 1
+    assert os.listdir(tmp_path) == []  # an export that fails partway leaves no half a base
+    monkeypatch.setattr(spatial_jax.rl.pretrain, "pretrain", lambda cfg, out: export(cfg, out, False))
+    assert main(["pretrain", "--config", config, "--out", str(tmp_path / "base"), f"run_dir={tmp_path / 'run'}"]) == 0
+    assert _tree(tmp_path) == {"base/config.json": b"{}"}

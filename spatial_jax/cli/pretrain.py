@@ -1,5 +1,8 @@
 """`spatial-jax pretrain`: train the tiny Qwen3-VL-shaped base from scratch on the synthetic world and write it as a
-Hugging Face checkpoint (configs/pretrain_tiny.toml writes checkpoints/tiny_base, the main job's starting point)."""
+Hugging Face checkpoint (configs/pretrain_tiny.toml writes checkpoints/tiny_base, the main job's starting point).
+
+--out is a folder output (cli/outputs.new_files): a folder that already holds files, the shipped base included, is
+refused before training starts, and the checkpoint is written beside and moved in once complete."""
 
 from __future__ import annotations
 
@@ -13,13 +16,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from spatial_jax.cli.outputs import refuse_overwriting
-    from spatial_jax.config import load
+    import os
+
+    from spatial_jax.cli.outputs import check_folder, new_files, refuse_overwriting
+    from spatial_jax.config import ConfigError, load
     from spatial_jax.rl.config import TrainConfig
     from spatial_jax.rl.pretrain import pretrain
 
     cfg = load(TrainConfig, args.config, args.overrides)
     refuse_overwriting({"--out": args.out}, [args.config, cfg.run_dir])
-    manifest = pretrain(cfg, args.out)
+    check_folder(args.out, "--out")
+    if os.path.isdir(args.out) and os.listdir(args.out):  # known now, not after the training
+        raise ConfigError(f"--out {args.out} already holds files: a base is written into a new or empty folder")
+    with new_files(args.out, "--out") as beside:
+        manifest = pretrain(cfg, beside)
     print(f"wrote {args.out}: " + ", ".join(f"{name} {digest[:12]}" for name, digest in manifest["files"].items()))
     return 0
