@@ -1,10 +1,13 @@
 """Eq. 2's advantages at their edges beside the parity tests: the config's exact refusals, the defaults (eps 1e-4,
-population std) the trainer relies on when it passes none, and the host helper's argument check."""
+population std) the trainer relies on when it passes none, the host helper's argument check, and ragged groups
+(a mask) held to the torch reference on a few rows, cheap enough for mutation runs (tools/mutation.sh)."""
 
 import numpy as np
 import pytest
 
 from spatial_jax.config import FieldError
+from spatial_jax.reference import advantages_torch
+from spatial_jax.rewards._host import host_float64
 from spatial_jax.rewards.advantages import STD_KINDS, AdvantageConfig, advantages_by_group, group_advantages
 
 
@@ -34,3 +37,29 @@ def test_by_group_checks_its_lengths():
         advantages_by_group([1.0, 0.0], ["a", "a", "b"])
     assert str(err.value) == "2 rewards but 3 group ids"
     assert advantages_by_group([1.0, 0.0], [None, None]) == [None, None]
+
+
+def test_ragged_groups_match_the_reference_row_by_row():
+    """Each row's real members (mask) against the reference on those members alone: padding holding a larger, a
+    smaller or a non-finite value must change nothing, two members are where the sample std's n - 1 differs most,
+    and a row of one member, of equal members or of none gets 0 (SPEC 7), as padding does."""
+    nan, inf = np.nan, np.inf
+    r = np.array([
+        [1.0, 0.0, 3.0, 9.0],
+        [1.0, 4.0, -5.0, nan],
+        [2.0, 2.0, -7.0, inf],
+        [5.0, 0.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0, 0.0],
+        [1.0, -inf, 2.0, 0.0],
+        [0.5, 2.5, -1.0, 3.0],
+    ])
+    lengths = [3, 2, 2, 1, 0, 3, 4]
+    mask = np.arange(4) < np.array(lengths)[:, None]
+    for std in ("population", "sample", "none"):
+        with host_float64():
+            got = np.asarray(group_advantages(r, 0.5, std, mask))
+        want = np.zeros_like(r)
+        for i, n in enumerate(lengths):
+            want[i, :n] = advantages_torch.group_advantages(r[i, :n], 0.5, std).numpy()
+        np.testing.assert_allclose(got, want, atol=1e-12, rtol=0, err_msg=std)
+        assert np.abs(want[[0, 1, 6]]).sum() > 0  # the rows with a spread are not all zero
