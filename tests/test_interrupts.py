@@ -85,8 +85,9 @@ def test_raising_restores_the_handlers_and_hook_it_found():
         mine.append(signum)
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    hook = sys.unraisablehook
+    was, hook = sys.unraisablehook, [].append  # a hook of this test's own, whatever an earlier test left
     try:
+        sys.unraisablehook = hook
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         with pytest.raises(Interrupted) as e, raising():
@@ -109,8 +110,9 @@ def test_raising_restores_the_handlers_and_hook_it_found():
             pass
         assert mine == [signal.SIGINT]
     finally:
-        for s, was in before.items():
-            signal.signal(s, was)
+        sys.unraisablehook = was
+        for s, handler_before in before.items():
+            signal.signal(s, handler_before)
 
 
 def test_a_handler_set_outside_python_comes_back_as_the_default(monkeypatch):
