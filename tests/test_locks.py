@@ -217,6 +217,7 @@ def test_recorded_reads_pid_host_and_start():
     assert read(b"12\n") == locks.Holder(12, None, None)
     assert read(b"x 12\n") is None and read(b"") is None
     assert read(b"12 h 3" + b" " * 600 + b"9\n") == locks.Holder(12, "h", 3)  # the first 512 bytes only
+    assert read(b"12 h " + b"3" * 507 + b"4\n") == locks.Holder(12, "h", int("3" * 507))
 
 
 def test_a_lock_file_removed_between_open_and_stat_is_not_still_there(tmp_path):
@@ -231,3 +232,84 @@ def test_a_lock_file_removed_between_open_and_stat_is_not_still_there(tmp_path):
         assert not lock._still_there(fd)
     finally:
         os.close(fd)
+
+
+def test_a_flock_held_by_a_file_naming_no_one_is_another_process(tmp_path):
+    """A holder that has locked the file but not yet written itself into it (another open of the file holds the
+    flock here, which flock(2) treats as another holder even in this process)."""
+    import fcntl
+
+    path = tmp_path / "run.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(Locked) as e:
+            PidLock(path, "x").__enter__()
+        assert str(e.value) == f"x is in use by another process (lock file {path}): wait for it to end, or stop it"
+    finally:
+        os.close(fd)
+
+
+def test_without_flock_the_recorded_holder_decides(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    path = tmp_path / "run.lock"
+    with PidLock(path, "x"):
+        assert path.is_file()
+    path.write_text("1\n")  # pid 1 is alive
+    with pytest.raises(Locked, match="in use by process 1"):
+        PidLock(path, "x").__enter__()
+
+
+def test_the_lock_file_is_mode_644_and_says_dash_without_proc(tmp_path, monkeypatch):
+    import stat
+
+    from spatial_jax import locks
+
+    monkeypatch.setattr(locks, "start_time", lambda pid: None)
+    mask = os.umask(0)
+    try:
+        with PidLock(tmp_path / "run.lock", "x"):
+            assert stat.S_IMODE((tmp_path / "run.lock").stat().st_mode) == 0o644
+            assert (tmp_path / "run.lock").read_text() == f"{os.getpid()} {HOST} -\n"
+    finally:
+        os.umask(mask)
+
+
+@pytest.mark.parametrize("code, guarded", [("EACCES", False), ("EPERM", False), ("EROFS", False), ("ENOSPC", True)])
+def test_a_folder_it_cannot_write_in_is_not_guarded_and_other_errors_raise(code, guarded, tmp_path, monkeypatch):
+    """A job that writes nothing there needs no lock (a read-only data folder); any other failure is raised."""
+    import errno
+
+    from spatial_jax import locks
+
+    def refuse(*a, **k):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(locks.os, "open", refuse)
+    lock = PidLock(tmp_path / "run.lock", "x")
+    if guarded:
+        with pytest.raises(OSError) as e, lock:
+            pass
+        assert e.value.errno == errno.ENOSPC
+        return
+    with lock as held:
+        assert held is lock
+    assert not (tmp_path / "run.lock").exists()
+
+
+def test_a_lock_file_replaced_while_waiting_is_locked_anew_and_no_fd_leaks(tmp_path, monkeypatch):
+    """The holder removed the file while this process waited for its flock: the new file at the path is locked, and
+    the descriptor of the old one is closed."""
+    answers = [False, True]
+    real = PidLock._still_there
+    monkeypatch.setattr(PidLock, "_still_there", lambda self, fd: real(self, fd) and answers.pop(0))
+    before = len(os.listdir("/proc/self/fd"))
+    with PidLock(tmp_path / "run.lock", "x"):
+        assert answers == [] and len(os.listdir("/proc/self/fd")) == before + 1
+    assert len(os.listdir("/proc/self/fd")) == before
