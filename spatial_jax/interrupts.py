@@ -41,8 +41,7 @@ class Interrupted(KeyboardInterrupt):
         return f"interrupted{self.where}"
 
 
-@contextlib.contextmanager
-def raising() -> Iterator[None]:
+def _raising() -> Iterator[None]:
     """The first SIGINT or SIGTERM raises Interrupted; the handlers before are restored on exit. Outside the main
     thread (signals cannot be handled there) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
@@ -74,6 +73,10 @@ def raising() -> Iterator[None]:
         restore()
         sys.unraisablehook = hook
         _pending.clear()
+
+
+# applied here, not as a decorator, since mutmut (tools/mutation.sh) does not mutate a decorated function
+raising = contextlib.contextmanager(_raising)
 
 
 def check() -> None:

@@ -336,3 +336,29 @@ def test_a_layouts_digest_follows_its_rows_not_its_place(tmp_path):
     assert spec_digest("synthetic:train:8") is None
     (tmp_path / "rows.jsonl").write_text("{}\n")
     assert spec_digest(str(tmp_path / "rows.jsonl")) == sha256(tmp_path / "rows.jsonl")
+
+
+def test_spec_digest_is_the_formula_recorded_runs_hold(tmp_path):
+    """Checkpoints and pseudo-GT outputs hold the digest and a resume compares it: its formula is pinned here (an
+    edit of it would make every recorded run look like other data): format, split and the spec's columns in order,
+    then each row file of the split by name and SHA-256 in name order; a mixture hashes its parts' weights and
+    digests in order."""
+    import hashlib
+
+    from spatial_jax.data.sources import spec_digest
+    from spatial_jax.digests import sha256
+
+    root = tmp_path / "st"
+    spec = L.stvqa7k(root, L.samples(2)) + "?question=question_only&id=category"
+    files = sorted((root / "data").glob("train-*.parquet"))
+    (root / "data" / "train-00001-of-00002.parquet").write_bytes(files[0].read_bytes())  # a second row file
+    files = sorted((root / "data").glob("train-*.parquet"))
+    h = hashlib.sha256(b"stvqa7k:train?question=question_only&id=category")
+    for f in files:
+        h.update(f"{f.name}:{sha256(f)}\n".encode())
+    assert len(files) == 2 and spec_digest(spec) == h.hexdigest()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("{}\n")
+    mixed = f"mix:1*{spec}|2.5*{rows}"
+    parts = f"1.0*{h.hexdigest()}|2.5*{sha256(rows)}"
+    assert spec_digest(mixed) == hashlib.sha256(parts.encode()).hexdigest()

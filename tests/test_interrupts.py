@@ -61,3 +61,85 @@ def test_other_unraisable_errors_still_reach_the_hook():
     finally:
         sys.unraisablehook = before
     assert [type(u.exc_value) for u in got] == [ValueError]
+
+
+def test_interrupted_keeps_its_signal_and_place_through_at_and_pickling():
+    """The exception's args are (signum, where), so it pickles (a worker's interrupt reaching its parent)."""
+    import pickle
+
+    e = Interrupted(signal.SIGTERM)
+    assert (e.signum, e.where, str(e), e.status) == (signal.SIGTERM, "", "interrupted", 143)
+    at = e.at(" at step 5; rerun to resume")
+    assert (at.signum, at.where, str(at)) == (signal.SIGTERM, " at step 5; rerun to resume",
+                                                "interrupted at step 5; rerun to resume")
+    back = pickle.loads(pickle.dumps(at))
+    assert (back.signum, back.where, back.args) == (signal.SIGTERM, at.where, (signal.SIGTERM, at.where))
+
+
+def test_raising_restores_the_handlers_and_hook_it_found():
+    """Each signal's handler before (a Python one, or SIG_DFL for one set outside Python) is back on exit, and the
+    handler put its predecessor back before raising: a second signal while the job cleans up does what it did."""
+    mine = []
+
+    def handler(signum, frame):
+        mine.append(signum)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    was, hook = sys.unraisablehook, [].append  # a hook of this test's own, whatever an earlier test left
+    try:
+        sys.unraisablehook = hook
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with pytest.raises(Interrupted) as e, raising():
+            assert signal.getsignal(signal.SIGINT) is not handler and sys.unraisablehook is not hook
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        assert e.value.signum == signal.SIGTERM and e.value.status == 143
+        assert signal.getsignal(signal.SIGINT) is handler and signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert sys.unraisablehook is hook
+        with raising():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+            raise AssertionError("not raised")
+    except Interrupted:
+        assert signal.getsignal(signal.SIGINT) is handler
+        os.kill(os.getpid(), signal.SIGINT)  # raising() is over: the handler found before gets it
+        for _ in range(1000):
+            pass
+        assert mine == [signal.SIGINT]
+    finally:
+        sys.unraisablehook = was
+        for s, handler_before in before.items():
+            signal.signal(s, handler_before)
+
+
+def test_a_handler_set_outside_python_comes_back_as_the_default(monkeypatch):
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(signal, "getsignal", lambda s: None)
+    set_to = []
+    real = signal.signal
+    monkeypatch.setattr(signal, "signal", lambda s, h: set_to.append((s, h)) or real(s, h))
+    try:
+        with raising():
+            pass
+    finally:
+        for s, was in before.items():
+            real(s, was)
+    assert set_to[-2:] == [(signal.SIGINT, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL)]
+
+
+def test_outside_the_main_thread_raising_changes_nothing():
+    import threading
+
+    seen = []
+
+    def run():
+        with raising():
+            seen.append((signal.getsignal(signal.SIGINT), sys.unraisablehook))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen == [(signal.getsignal(signal.SIGINT), sys.unraisablehook)]

@@ -33,6 +33,8 @@ def test_write_checksums_records_every_file_but_itself(step):
     assert recorded == digest
     assert sorted(p.name for p in step.iterdir()) == [CHECKSUMS, "meta", "state"]  # no temporary left
     verify_checksums(step)
+    write_checksums(step)  # written again (a step sealed twice): its own earlier checksums.json is not recorded
+    assert json.loads((step / CHECKSUMS).read_text(encoding="utf-8")) == digest
 
 
 def test_each_damage_in_its_words(step):
@@ -54,8 +56,8 @@ def test_a_step_without_checksums_is_read_unchecked_with_one_warning(step, capsy
     (step / "state" / "a").write_bytes(b"anything")
     verify_checksums(step)
     verify_checksums(step)
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"spatial-jax: {step} has no {CHECKSUMS} ") and "unchecked" in err
+    assert capsys.readouterr().err == f"spatial-jax: {step} has no {CHECKSUMS} (a checkpoint from before checksums, " \
+                                      "cut off right after its commit, or the file was deleted): read unchecked\n"
 
 
 def test_reason_is_one_line():
@@ -65,6 +67,7 @@ def test_reason_is_one_line():
 
 
 def test_set_aside_keeps_every_damaged_copy_and_newest_says_why(tmp_path):
+    import jax
     import jax.numpy as jnp
 
     from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
@@ -85,3 +88,41 @@ def test_set_aside_keeps_every_damaged_copy_and_newest_says_why(tmp_path):
     first, second = (f"{tmp_path / 'checkpoints' / s}: " for s in "21")
     assert str(err.value).startswith(f"no checkpoint in {tmp_path / 'checkpoints'} reads back: {first}")
     assert f"; {second}" in str(err.value)  # each step's reason, newest first
+    with Checkpointer(tmp_path, async_save=False) as ck:
+        ck.save(3, {"w": jnp.arange(2, dtype=jnp.float32)}, {"step": 3}, force=True)
+        step, state, meta, skipped = ck.restore_newest({"w": jax.ShapeDtypeStruct((2,), jnp.bfloat16)})
+    # restored into the target given (its dtype here; its sharding on a mesh), not as saved
+    assert (step, state["w"].dtype, state["w"].tolist(), meta, skipped) == (3, jnp.bfloat16, [0, 1], {"step": 3}, [])
+
+
+def test_only_orbax_s_lost_futures_are_dropped():
+    """The asyncio filter on log records: dropped only when asyncio's "<kind> exception was never retrieved" comes
+    with a traceback through orbax (at any depth, not only its first frame); kept otherwise, and a record without
+    exc_info never fails."""
+    import logging
+    import os
+    import sys
+
+    from spatial_jax.rl.checkpoint import _not_orbax_lost_task
+
+    space = {}
+    exec(compile("def write():\n    raise ValueError('no space')\n",
+                 os.path.join(os.sep, "site-packages", "orbax", "w.py"), "exec"), space)
+    try:
+        space["write"]()  # the traceback's first frame is this test's, orbax's the next
+    except ValueError:
+        orbax = sys.exc_info()
+    try:
+        raise ValueError("elsewhere")
+    except ValueError:
+        elsewhere = sys.exc_info()
+
+    def record(msg, exc_info):
+        return logging.LogRecord("asyncio", logging.ERROR, "base_events.py", 1, msg, None, exc_info)
+
+    assert not _not_orbax_lost_task(record("Task exception was never retrieved", orbax))
+    assert not _not_orbax_lost_task(record("_GatheringFuture exception was never retrieved", orbax))
+    assert _not_orbax_lost_task(record("Task exception was never retrieved", elsewhere))
+    assert _not_orbax_lost_task(record("Task exception was never retrieved", None))
+    assert _not_orbax_lost_task(record("Unclosed event loop", orbax))
+    assert _not_orbax_lost_task(record("Unclosed event loop", None))

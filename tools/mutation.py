@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     # the tests import a benchmark as a top-level module (benchmarks/ on sys.path) and mutmut names a mutant by its
     # import path, which for a file under src/ drops the "src.": the benchmarks are mutated there
     target = "src/" + module.removeprefix("benchmarks/") if module.startswith("benchmarks/") else module
-    dotted = target.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    # a package's __init__.py is named by the package ("spatial_jax.data.sources.x_spec_digest__mutmut_1")
+    dotted = target.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     globs = args.functions.split(",")
     names = [] if globs == ["*"] else [f"{dotted}.x*{g.split('.')[-1]}__mutmut_*" for g in globs]
 
