@@ -14,6 +14,7 @@ PACKAGES = [
     "spatial_jax.rewards",
     "spatial_jax.methods",
     "spatial_jax.rl",
+    "spatial_jax.rl.plan",
     "spatial_jax.rollout",
     "spatial_jax.testing",
     "spatial_jax.kernels",
