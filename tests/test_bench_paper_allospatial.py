@@ -16,7 +16,7 @@ from spatial_jax.data.tool_turns import ToolTurn, sft_target, tool_turn_ids
 from spatial_jax.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import paper_allospatial as allo  # noqa: E402
 import papers  # noqa: E402

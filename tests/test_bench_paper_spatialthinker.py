@@ -19,7 +19,7 @@ from spatial_jax.rewards import parse_scene, spatialthinker
 from spatial_jax.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import paper_spatialthinker as st  # noqa: E402
 import papers  # noqa: E402

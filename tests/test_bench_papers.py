@@ -16,7 +16,7 @@ from spatial_jax.data.synthetic import names_prior, prior_is_wrong
 from spatial_jax.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import paper_prosr  # noqa: E402
 import papers  # noqa: E402

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "gpu"))
 
 import peers  # noqa: E402
 
@@ -169,8 +169,9 @@ def test_jax_kernel_timed_call_and_memory(mode):
 
 def test_script_peers_interpret(tmp_path):
     out = tmp_path / "peers.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "triton_entropy.py"), "--peers", "--interpret",
-                          "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    script = ROOT / "benchmarks" / "gpu" / "triton_entropy.py"
+    res = subprocess.run([sys.executable, str(script), "--peers", "--interpret", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     md = out.with_suffix(".md").read_text()
     assert "| spatial-jax | log p + entropy | 384 |" in md and "| spatial-jax | log p + entropy | 383 |" in md

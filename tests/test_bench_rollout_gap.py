@@ -10,7 +10,7 @@ import pytest
 from spatial_jax.rl.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import rollout_gap  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "training"))
 
 import step_gpu  # noqa: E402
 

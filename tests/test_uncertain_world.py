@@ -25,7 +25,7 @@ from spatial_jax.rl.policy import build_mesh, build_policy
 from spatial_jax.rl.pretrain import MANIFEST, pretrain_config
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import learning  # noqa: E402
 import uncertain  # noqa: E402

@@ -17,7 +17,7 @@ import platform
 import time
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "out" / "rewards.json"
+OUT = Path(__file__).resolve().parents[1] / "out" / "rewards.json"
 
 
 def _timed(fn) -> tuple[float, object]:

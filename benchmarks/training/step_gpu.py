@@ -80,7 +80,7 @@ from spatial_jax.rollout import engine as eng
 from spatial_jax.rollout.config import SamplingConfig
 from spatial_jax.rollout.engine import Request
 
-OUT = Path(__file__).resolve().parent / "out"
+OUT = Path(__file__).resolve().parents[1] / "out"
 
 
 def model_config(name: str, **kw) -> ModelConfig:

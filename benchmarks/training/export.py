@@ -21,7 +21,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "out" / "export.json"
+OUT = Path(__file__).resolve().parents[1] / "out" / "export.json"
 
 
 def whole_model_save(model, path) -> None:

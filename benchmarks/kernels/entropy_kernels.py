@@ -35,7 +35,7 @@ import numpy as np
 
 from spatial_jax.kernels import naive, position_entropy, xla
 
-OUT = Path(__file__).resolve().parent / "out" / "entropy_kernels.json"
+OUT = Path(__file__).resolve().parents[1] / "out" / "entropy_kernels.json"
 IMPLS = ("naive", "xla", "floor")
 _HIGHEST = jax.lax.Precision.HIGHEST
 

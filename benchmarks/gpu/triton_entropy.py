@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-OUT_DIR = Path(__file__).resolve().parent / "out"
+OUT_DIR = Path(__file__).resolve().parents[1] / "out"
 MODES = ("fwd", "fwd_bwd_dh", "fwd_bwd_dh_dw")
 
 

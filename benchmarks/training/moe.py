@@ -32,7 +32,7 @@ from spatial_jax.models import ModelConfig
 from spatial_jax.models.config import TextConfig
 from spatial_jax.models.moe import SparseMoE, dense_moe
 
-OUT = Path(__file__).resolve().parent / "out" / "moe.json"
+OUT = Path(__file__).resolve().parents[1] / "out" / "moe.json"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

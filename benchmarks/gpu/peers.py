@@ -56,7 +56,7 @@ import torch
 from spatial_jax.kernels.torch_reference import logprob_entropy
 from spatial_jax.kernels.triton_entropy import linear_logprob_entropy_triton
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OLD_VERL_WHEEL = ROOT / ".whl" / "parity-only" / "verl-0.7.0-py3-none-any.whl"
 
 BOTH = "log p + entropy"

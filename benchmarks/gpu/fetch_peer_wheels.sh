@@ -8,7 +8,7 @@
 # before its vocabulary-padding fix, goes to .whl/parity-only/, which is read as a zip, never installed.
 #     bash benchmarks/fetch_peer_wheels.sh      # then name .whl in the device call's carry
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}
 pins=(cut-cross-entropy==25.1.1 liger-kernel==0.8.5 verl==0.9.1 flax==0.12.8 optax==0.2.8)
 old=verl==0.7.0

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "out" / "sampler.json"
+OUT = Path(__file__).resolve().parents[1] / "out" / "sampler.json"
 
 
 def _best(fn, repeats: int) -> float:
