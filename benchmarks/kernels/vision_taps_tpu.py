@@ -25,7 +25,8 @@ from jax.sharding import PartitionSpec as P
 from spatial_jax.models import ModelConfig, prepare_vision_inputs
 from spatial_jax.models.sharding import make_mesh
 from spatial_jax.models.vision import VisionTower
-from spatial_jax.rl.plan import ARCHITECTURES, _placed, mosaic_kernels
+from spatial_jax.rl.plan.measure import mosaic_kernels
+from spatial_jax.rl.plan.shapes import ARCHITECTURES, _placed
 
 
 def measure(model: str, taps: tuple[int, ...], mesh, images: int, side: int) -> dict:

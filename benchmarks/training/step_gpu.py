@@ -10,7 +10,7 @@ each change measured beside what it replaces in one process.
         # decode, then rl, then whole RL steps, one JSON
     python benchmarks/step_gpu.py all --model tiny ...      # the same code on the tiny policy (CPU smoke run)
 
-rl: a random policy of the named architecture (plan.ARCHITECTURES: the published Qwen3-VL shapes), bfloat16
+rl: a random policy of the named architecture (rl/plan/shapes.ARCHITECTURES: the published Qwen3-VL shapes), bfloat16
 compute over float32 master weights, every weight trained (vision tower included) with AdamW, scanned layers. The
 batch: `prompts` prompts of `prompt-len` tokens, each holding one `image` px square image, with `group` completions
 of `completion` tokens each (all real tokens: no padding, so every FLOP counted is one a rollout needs). Each arm
@@ -74,7 +74,7 @@ from shared_prefix import batch  # this folder is sys.path[0] when the script ru
 from spatial_jax.models import ModelConfig, Qwen3VL
 from spatial_jax.models.sharding import make_mesh, shard_model
 from spatial_jax.rl.losses import LossConfig
-from spatial_jax.rl.plan import ARCHITECTURES
+from spatial_jax.rl.plan.shapes import ARCHITECTURES
 from spatial_jax.rl.step import rl_update
 from spatial_jax.rollout import engine as eng
 from spatial_jax.rollout.config import SamplingConfig
