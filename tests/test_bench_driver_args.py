@@ -1,5 +1,5 @@
-"""Issue 44, findings 1, 8, 9 and 13: the benchmark drivers share one argument check (benchmarks/driver_args.py, over
-the commands' guards in spatial_jax/cli/outputs.py), made before anything is written: --results never names the
+"""Issue 44, findings 1, 8, 9 and 13: the benchmark drivers share one argument check (benchmarks/papers/driver_args.py,
+over the commands' guards in spatial_jax/cli/outputs.py), made before anything is written: --results never names the
 config (or any non-Markdown file), counts are bounded below and by the disk, seeds are distinct, and an override of a
 setting the driver owns is refused."""
 

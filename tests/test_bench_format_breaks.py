@@ -1,4 +1,5 @@
-"""benchmarks/format_breaks.py's parts that decide a measurement: the search for the breaking token and the kinds."""
+"""benchmarks/papers/format_breaks.py's parts that decide a measurement: the search for the breaking token and the
+kinds."""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,5 @@
-"""benchmarks/papers.py's bookkeeping for --paper allospatial (the runs themselves are a benchmark, not a test): the
-job's world and lengths, the two pipelines and three arms differing only in what they say, the figures read from an
+"""benchmarks/papers/papers.py's bookkeeping for --paper allospatial (the runs themselves are a benchmark, not a test):
+the job's world and lengths, the two pipelines and three arms differing only in what they say, the figures read from an
 evaluation's rows, the paired tables against each arm's own start, and the argument errors."""
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""benchmarks/papers.py's bookkeeping for --paper prosr (the runs themselves are a benchmark, not a test): the
+"""benchmarks/papers/papers.py's bookkeeping for --paper prosr (the runs themselves are a benchmark, not a test): the
 figures read from an evaluation (accuracy where the prior is wrong, the prior's answer given), the paired tables and
 claims over seeds; and every paper's argument errors, each one line before any run starts."""
 

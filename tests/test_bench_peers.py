@@ -1,5 +1,5 @@
-"""benchmarks/peers.py on CPU (Triton interpreter): the adapters' interface, parity against the float64 reference and
-its verdicts, the tables, verl's load-by-path, and `triton_entropy.py --peers --interpret` end to end.
+"""benchmarks/gpu/peers.py on CPU (Triton interpreter): the adapters' interface, parity against the float64 reference
+and its verdicts, the tables, verl's load-by-path, and `triton_entropy.py --peers --interpret` end to end.
 
 Peers run here only where they can: Liger's kernel runs in the interpreter (when liger-kernel is installed); CCE's
 calls libdevice, which the interpreter lacks, and verl's asserts CUDA tensors, so only its loading is checked.
@@ -111,10 +111,10 @@ def restore_modules():
 
 def test_verl_kernel_loads_without_its_package_dependencies(tmp_path, restore_modules):
     """verl's kernel asserts CUDA tensors, so on CPU only its loading is checked: from the wheels that
-    benchmarks/fetch_peer_wheels.sh leaves in the git-ignored .whl/ (absent in CI: skipped)."""
+    benchmarks/gpu/fetch_peer_wheels.sh leaves in the git-ignored .whl/ (absent in CI: skipped)."""
     wheels = sorted((ROOT / ".whl").glob("verl-*.whl"))
     if not wheels or not peers.OLD_VERL_WHEEL.exists():
-        pytest.skip("no verl wheels in .whl/ (bash benchmarks/fetch_peer_wheels.sh)")
+        pytest.skip("no verl wheels in .whl/ (bash benchmarks/gpu/fetch_peer_wheels.sh)")
     if "verl" in sys.modules:
         pytest.skip("a verl package is already imported in this process")
     with zipfile.ZipFile(wheels[-1]) as z:  # verl/__init__.py too: it must not run (it imports ray, tensordict)

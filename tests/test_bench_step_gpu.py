@@ -1,4 +1,4 @@
-"""benchmarks/step_gpu.py on CPU: the FLOP bookkeeping behind its MFU, the roofline's byte count, the engine's
+"""benchmarks/training/step_gpu.py on CPU: the FLOP bookkeeping behind its MFU, the roofline's byte count, the engine's
 fixed-context decode inputs, and both parts end to end on the tiny policy."""
 
 import json

@@ -108,8 +108,8 @@ def test_auto_resolves_from_the_mesh_devices():
 N, D, V = 8192, 4096, 151_936
 
 
-# The forward+backward program holds the forward kernel too; the forward alone (benchmarks/pallas_tpu_compile.py)
-# would compile it a second time at no gain in proof.
+# The forward+backward program holds the forward kernel too; the forward alone
+# (benchmarks/kernels/pallas_tpu_compile.py) would compile it a second time at no gain in proof.
 @pytest.mark.parametrize("mode", ["fwd_bwd"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("topology", ["v5p:2x2x1", "v6e:2x2"])

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Wheels of the kernels that `benchmarks/triton_entropy.py --peers` runs beside this project's, and of the JAX libraries
+# Wheels of the kernels that `benchmarks/gpu/triton_entropy.py --peers` runs beside this project's, and of the JAX libraries
 # this project pins (flax, optax: the image has its own versions), for the device machine (Python 3.12, x86-64, no
 # registry; torch, triton and jax are on its image). All are pure Python (+ Triton), fetched without their
-# dependencies: verl's (ray, transformers, tensordict, ...) are never imported, benchmarks/peers.py loads only verl's
-# kernel files. Into the git-ignored .whl/, which benchmarks/gpu_session.sh installs (one version of each package:
+# dependencies: verl's (ray, transformers, tensordict, ...) are never imported, benchmarks/gpu/peers.py loads only verl's
+# kernel files. Into the git-ignored .whl/, which benchmarks/gpu/gpu_session.sh installs (one version of each package:
 # two would stop that install, so older versions of these are removed); verl 0.7.0, the release
 # before its vocabulary-padding fix, goes to .whl/parity-only/, which is read as a zip, never installed.
-#     bash benchmarks/fetch_peer_wheels.sh      # then name .whl in the device call's carry
+#     bash benchmarks/gpu/fetch_peer_wheels.sh      # then name .whl in the device call's carry
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}

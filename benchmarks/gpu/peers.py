@@ -1,4 +1,4 @@
-"""The fused LM-head kernels users already run, beside this project's, for `benchmarks/triton_entropy.py --peers`.
+"""The fused LM-head kernels users already run, beside this project's, for `benchmarks/gpu/triton_entropy.py --peers`.
 
 Every adapter has one signature,
 
@@ -27,7 +27,7 @@ get w.t(): no copy when w is itself the transposed view of such a head, which is
 verl's package __init__ files import ray, tensordict, transformers and hydra, none of which its kernel uses: the
 adapters register verl and verl.utils as bare packages over their folders, so that only verl/utils/kernel,
 verl/utils/device.py and verl/plugin/platform (torch and packaging alone) run. verl 0.7.0's kernel files are read
-from its wheel in .whl/parity-only/ (benchmarks/fetch_peer_wheels.sh) and imported under another package name,
+from its wheel in .whl/parity-only/ (benchmarks/gpu/fetch_peer_wheels.sh) and imported under another package name,
 beside the current verl, whose device helpers serve both.
 
 Parity (parity_case): every adapter against the float64 reference (spatial_jax/kernels/torch_reference.py) on the
@@ -209,7 +209,7 @@ def _installed(module: str, dist: str) -> Callable[[], str | None]:
 
 def _old_verl_missing() -> str | None:
     if not OLD_VERL_WHEEL.exists():
-        return f"not installed ({OLD_VERL_WHEEL.relative_to(ROOT)} missing: bash benchmarks/fetch_peer_wheels.sh)"
+        return f"not installed ({OLD_VERL_WHEEL.relative_to(ROOT)} missing: bash benchmarks/gpu/fetch_peer_wheels.sh)"
     return _installed("verl", "verl")()
 
 

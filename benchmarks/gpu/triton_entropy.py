@@ -10,14 +10,15 @@ Before timing it checks the GPU numerics (bf16 dots, bf16 dz) against the float6
 (several backward chunks) and against the naive path (values and gradients) on the first benchmark shape, and
 records the errors.
 
-    python benchmarks/triton_entropy.py                # GPU run: table + benchmarks/out/triton_entropy.json
-    python benchmarks/triton_entropy.py --sweep        # first time launch configs at the first N, then use the best
-    python benchmarks/triton_entropy.py --interpret    # no GPU: tiny shape under TRITON_INTERPRET=1 (smoke test)
-    python benchmarks/triton_entropy.py --peers        # beside CCE, Liger and verl: benchmarks/out/*_peers.{json,md}
-    python benchmarks/triton_entropy.py --peers --interpret   # the peers' parity on tiny shapes, on CPU
+    python benchmarks/gpu/triton_entropy.py                # GPU run: table + benchmarks/out/triton_entropy.json
+    python benchmarks/gpu/triton_entropy.py --sweep        # first time launch configs at the first N, then use the best
+    python benchmarks/gpu/triton_entropy.py --interpret    # no GPU: tiny shape under TRITON_INTERPRET=1 (smoke test)
+    python benchmarks/gpu/triton_entropy.py --peers        # beside CCE, Liger and verl:
+        benchmarks/out/*_peers.{json,md}
+    python benchmarks/gpu/triton_entropy.py --peers --interpret   # the peers' parity on tiny shapes, on CPU
 Without CUDA and without --interpret it prints why and exits 0.
 
---peers (benchmarks/peers.py has the adapters and their conventions): first every kernel's parity against the
+--peers (benchmarks/gpu/peers.py has the adapters and their conventions): first every kernel's parity against the
 float64 reference at N = --parity-n, D = --d, V = --v and --v - 1, in two logit regimes of a trained head (std 4,
 mean 0 and mean -16), forward and backward; then, for the kernels that run here, forward and forward+backward
 (dh, dw) time and memory above inputs at N in --ns, V = --v, bf16, logits of std 4, targets sampled from the model,
@@ -65,7 +66,7 @@ ARGS = _parse()
 if ARGS.interpret:
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first triton import
 
-import peers  # noqa: E402  (benchmarks/peers.py, beside this script)
+import peers  # noqa: E402  (benchmarks/gpu/peers.py, beside this script)
 import torch  # noqa: E402
 import triton  # noqa: E402
 

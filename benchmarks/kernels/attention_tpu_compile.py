@@ -2,8 +2,8 @@
 no TPU needed), splash attention against the XLA path (query blocks of `--chunk`), side by side: per-chip
 memory_analysis() figures and compile time. Batch over `data`, heads over `tensor` (a 2 x 2 mesh), bfloat16.
 
-  python benchmarks/attention_tpu_compile.py                      # decoder and vision shapes, v5p:2x2x1 and v6e:2x2
-  python benchmarks/attention_tpu_compile.py --topology v5p:2x2x1 --case vision
+  python benchmarks/kernels/attention_tpu_compile.py              # decoder and vision shapes, v5p:2x2x1 and v6e:2x2
+  python benchmarks/kernels/attention_tpu_compile.py --topology v5p:2x2x1 --case vision
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ Memory: XLA's compiled memory analysis,
 i.e. everything the executable holds at once (inputs and outputs included; temp is listed separately).
 It also times position_entropy at --positions positions against all N positions (at the largest N and V).
 
-    python benchmarks/entropy_kernels.py                       # N 1024 4096, V 151936 and 32768, D 1024
-    python benchmarks/entropy_kernels.py --quick               # small smoke run (seconds)
-    python benchmarks/entropy_kernels.py --n 4096 --v 151936 --impls xla floor
-    python benchmarks/entropy_kernels.py --render benchmarks/out/entropy_kernels.json   # table only
+    python benchmarks/kernels/entropy_kernels.py                       # N 1024 4096, V 151936 and 32768, D 1024
+    python benchmarks/kernels/entropy_kernels.py --quick               # small smoke run (seconds)
+    python benchmarks/kernels/entropy_kernels.py --n 4096 --v 151936 --impls xla floor
+    python benchmarks/kernels/entropy_kernels.py --render benchmarks/out/entropy_kernels.json   # table only
 Writes benchmarks/out/entropy_kernels.json (or --out) and prints a markdown table.
 """
 

@@ -5,8 +5,8 @@ shard_map (tokens over `data`, vocabulary over `tensor`), and prints the compile
 memory_analysis() figures, and the scoped VMEM of each Pallas kernel, read from Mosaic's own
 CompileTimeScopedVmemOom messages by compiling again under limits too small (scoped_vmem_bytes).
 
-  python benchmarks/pallas_tpu_compile.py                       # all combos at the recipe shape
-  python benchmarks/pallas_tpu_compile.py --topology v6e:2x2 --dtype bfloat16 --mode fwd_bwd --no-vmem-probe
+  python benchmarks/kernels/pallas_tpu_compile.py                       # all combos at the recipe shape
+  python benchmarks/kernels/pallas_tpu_compile.py --topology v6e:2x2 --dtype bfloat16 --mode fwd_bwd --no-vmem-probe
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rewards benchmark: default (JAX/numpy) vs torch float64 reference scorers on synthetic rollouts, one process.
 
-    python benchmarks/rewards.py [--n 10000] [--methods spatialcore,prosr] [--repeats 3]
+    python benchmarks/kernels/rewards.py [--n 10000] [--methods spatialcore,prosr] [--repeats 3]
 
 Rollouts come in groups of 4 with up to 3 predicted boxes each and digit-aware token entropies/offsets
 (spatial_jax.testing.rollouts). Each backend scores the whole set and computes group advantages; the default

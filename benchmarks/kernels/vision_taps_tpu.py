@@ -1,7 +1,7 @@
 """Compile time of the vision tower's train step for a TPU slice (XLA:TPU from this host, libtpu needed), with the
 architecture's DeepStack taps (one scan segment per tap) against none (one scan), same depth.
 
-  python benchmarks/vision_taps_tpu.py [--model qwen3-vl-8b] [--topology v5p:2x2x1] [--images 4] [--side 32]
+  python benchmarks/kernels/vision_taps_tpu.py [--model qwen3-vl-8b] [--topology v5p:2x2x1] [--images 4] [--side 32]
 """
 
 from __future__ import annotations

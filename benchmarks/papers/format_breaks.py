@@ -1,6 +1,6 @@
 """Where a sampled completion leaves the method's format, and how likely the token that broke it was.
 
-`python benchmarks/format_breaks.py RUN_DIR [--config F] [--prompts N] [key=value ...]` loads the run's newest
+`python benchmarks/papers/format_breaks.py RUN_DIR [--config F] [--prompts N] [key=value ...]` loads the run's newest
 weights, samples the RL stage's rollouts of N training prompts (its group size, temperature and token budget) and
 scores them with the method's plug-in. For each malformed one it finds the breaking token: the first token k of the
 completion such that greedy decoding goes on well-formed from the first k tokens but not from the first k + 1

@@ -1,7 +1,8 @@
 """SpatialCORE's Table 3 in miniature: the main job's RL stage with the reward as specified and with one part of it
 switched off, over several seeds, from the same SFT start per seed.
 
-    python benchmarks/learning.py [--config configs/tiny_cpu.toml] [--seeds 0 1 2] [--out benchmarks/out/learning]
+    python benchmarks/papers/learning.py [--config configs/tiny_cpu.toml] [--seeds 0 1 2] [--out
+        benchmarks/out/learning]
                                   [--results benchmarks/RESULTS.md] [key=value ...]
 
 Per seed: one SFT run (the main job's SFT stage and its held-out evaluation), then one GRPO run per variant starting

@@ -1,4 +1,4 @@
-"""AlloSpatial's Table 4 in miniature, for benchmarks/papers.py --paper allospatial: RL over whole harness
+"""AlloSpatial's Table 4 in miniature, for benchmarks/papers/papers.py --paper allospatial: RL over whole harness
 trajectories that call the tools beats RL over question-answer pairs alone (VSI-Bench 53.5 against 46.2, MindCube
 69.1 against 53.0), each after its own SFT stage on the same data; and, beside the paper, GSPO (its loss) against
 GRPO with the harness.

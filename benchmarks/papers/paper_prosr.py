@@ -1,5 +1,5 @@
-"""ProSR's Tables 2 and 4 in miniature, for benchmarks/papers.py --paper prosr: vanilla GRPO (answer + format) grows
-reliance on the question's language prior, and ProSR's process penalties (the blank-image counterfactual and late
+"""ProSR's Tables 2 and 4 in miniature, for benchmarks/papers/papers.py --paper prosr: vanilla GRPO (answer + format)
+grows reliance on the question's language prior, and ProSR's process penalties (the blank-image counterfactual and late
 drift, SPEC 3) reverse it.
 
 The world (configs/prosr_prior_cpu.toml) has a prior that text alone can exploit: in the training split a question

@@ -1,5 +1,5 @@
 """SpatialThinker's dense-vs-sparse result and its App. C.1 box over-generation in miniature, for
-benchmarks/papers.py --paper spatialthinker: dense rewards improve the start more than a sparse answer + format
+benchmarks/papers/papers.py --paper spatialthinker: dense rewards improve the start more than a sparse answer + format
 reward (§1: +7.7 against +4.4), and without the count term and the correctness gate the spatial term pays for more
 boxes, which the policy then writes (App. C.1: accuracy 74.9% -> 23.7% under the naive spatial reward).
 

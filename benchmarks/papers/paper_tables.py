@@ -1,4 +1,4 @@
-"""The tables every paper of benchmarks/papers.py prints beside its own: the claims with their verdicts, and the
+"""The tables every paper of benchmarks/papers/papers.py prints beside its own: the claims with their verdicts, and the
 figures seed by seed."""
 
 from __future__ import annotations

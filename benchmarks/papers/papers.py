@@ -1,6 +1,6 @@
 """A paper's headline tables in miniature, from one command:
 
-    python benchmarks/papers.py --paper {allospatial,prosr,spatialthinker} [--config F] [--seeds 0 1 2]
+    python benchmarks/papers/papers.py --paper {allospatial,prosr,spatialthinker} [--config F] [--seeds 0 1 2]
                                 [--out benchmarks/out/papers] [--results benchmarks/RESULTS.md] [key=value ...]
 
 Per seed: the paper's SFT starts (the job's SFT stage, its held-out evaluation, exported as a Hugging Face checkpoint;
@@ -11,10 +11,11 @@ data.seed's) is trained once and shared by every seed. --config defaults to the 
 apply to every run. Runs are resumable: the command run again finishes what is not done. The tables are printed and,
 with --results, written into that file between the paper's markers.
 
-Papers: allospatial (benchmarks/paper_allospatial.py: harness RL with tools against question-answer-only RL, and GSPO
-against GRPO, Table 4); prosr (benchmarks/paper_prosr.py: vanilla GRPO against ProSR on a world with a language prior,
-Tables 2 and 4); spatialthinker (benchmarks/paper_spatialthinker.py: the dense reward against the sparse answer +
-format one, §1, and the box over-generation without the count term and the correctness gate, App. C.1).
+Papers: allospatial (benchmarks/papers/paper_allospatial.py: harness RL with tools against question-answer-only RL,
+and GSPO against GRPO, Table 4); prosr (benchmarks/papers/paper_prosr.py: vanilla GRPO against ProSR on a world with a
+language prior, Tables 2 and 4); spatialthinker (benchmarks/papers/paper_spatialthinker.py: the dense reward against
+the sparse answer
++ format one, §1, and the box over-generation without the count term and the correctness gate, App. C.1).
 """
 
 from __future__ import annotations

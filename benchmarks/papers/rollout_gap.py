@@ -1,14 +1,15 @@
 """The rollout-trainer gap in bfloat16 (issue 45): the gap per step, and learning with the sampler's old log-probs,
 the trainer's, and the trainer's with truncated importance sampling, side by side over paired seeds.
 
-    python benchmarks/rollout_gap.py [--config configs/tiny_cpu.toml] [--seeds 0 1 2] [--out benchmarks/out/rollout_gap]
+    python benchmarks/papers/rollout_gap.py [--config configs/tiny_cpu.toml] [--seeds 0 1 2] [--out
+        benchmarks/out/rollout_gap]
                                      [--gap-config configs/allospatial_cpu.toml ...] [--results benchmarks/RESULTS.md]
                                      [key=value ...]
 
 Every run computes in bfloat16 over float32 master weights (policy.dtype = bfloat16) and decodes from a bfloat16
 copy (decode.dtype = bfloat16): the recipes' setting. Per seed: the job's SFT stage gives the start (trained once and
-shared by every seed where it draws nothing from the seed, as benchmarks/papers.py does; with sft.steps = 0 the arms
-start from the job's policy), then one RL run per arm from it, with the same steps, seed and start; the arms differ
+shared by every seed where it draws nothing from the seed, as benchmarks/papers/papers.py does; with sft.steps = 0 the
+arms start from the job's policy), then one RL run per arm from it, with the same steps, seed and start; the arms differ
 only in rl.old_logp and rl.correction. Reported per arm: the held-out accuracy and matched IoU after RL, the gap
 (gap/*: the sampler's log-probs against the trainer's first forward, mean over steps; abs max the max over steps),
 the first call's largest ratio and clipped share (the arms' updates differ only where these do), TIS's truncated

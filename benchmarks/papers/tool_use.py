@@ -5,7 +5,7 @@ sample, run with the live tools (rl.max_tool_turns > 0). This counts, over those
 valid one (the harness parser's schema check), one the tool answered without an error, a view answered with a
 picture (its image tokens in the response), and the gated answer accuracy.
 
-    python benchmarks/tool_use.py runs/<run> [--stage sft]
+    python benchmarks/papers/tool_use.py runs/<run> [--stage sft]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SpatialCORE's Table 3 and Table 5 in miniature on the uncertain world (configs/uncertain_cpu.toml), from one
 command:
 
-    python benchmarks/uncertain.py [--config configs/uncertain_cpu.toml] [--seeds 0 1 2] [--levels 0 0.2 0.4 0.6]
+    python benchmarks/papers/uncertain.py [--config configs/uncertain_cpu.toml] [--seeds 0 1 2] [--levels 0 0.2 0.4 0.6]
                                    [--train-rows 1000] [--eval-rows 256] [--out benchmarks/out/uncertain]
                                    [--results benchmarks/RESULTS.md] [key=value ...]
 
@@ -13,7 +13,7 @@ replaced by the exact boxes (validity 1), so every run is scored against where t
 Per seed: one SFT start (the job's SFT stage on the world's reference completions, which corruption does not touch,
 and its held-out evaluation), exported as a Hugging Face checkpoint; then one GRPO run per (level, arm) from that
 checkpoint, its RL stage reading the level's training file, every run with the same steps, seed and start. Level 0
-runs the five Table 3 arms (benchmarks/learning.py's VARIANTS), the other levels TABLE5_ARMS. Runs are resumable:
+runs the five Table 3 arms (benchmarks/papers/learning.py's VARIANTS), the other levels TABLE5_ARMS. Runs are resumable:
 the command run again skips what is done. The tables are printed and, with --results, written into that file between
 this benchmark's markers.
 """
@@ -122,7 +122,7 @@ def diff_cell(d: list[float]) -> str:
 
 
 def table3(per_seed: list[dict], seeds: list[int], note: str) -> str:
-    """benchmarks/learning.py's tables over the level-0 runs."""
+    """benchmarks/papers/learning.py's tables over the level-0 runs."""
     rows = [{"SFT start": s["SFT start"], **{NAMES[arm]: s[(0.0, arm)] for arm in arms(0.0)}} for s in per_seed]
     return learning.table(rows, seeds, note)
 

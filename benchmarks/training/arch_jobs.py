@@ -3,7 +3,7 @@ architecture (Qwen2.5-VL, Qwen3-VL-MoE), then `spatial-jax export` of its run, a
 job's own export and on the exported files against ours (float32, max abs over the real tokens of a left-padded
 two-row image batch).
 
-    python benchmarks/arch_jobs.py --out /tmp/arch_jobs        # both architectures, ~1-4 min each on 2 cores
+    python benchmarks/training/arch_jobs.py --out /tmp/arch_jobs        # both architectures, ~1-4 min each on 2 cores
 Prints one line per architecture and export, and writes <out>/arch_jobs.json.
 """
 

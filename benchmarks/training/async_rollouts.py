@@ -1,7 +1,8 @@
 """RL step time with rollouts sampled one step off the update (rl.rollout_mode = "one_step_off") against "sync",
 side by side in one process, on the main job's policy and shapes over 8 virtual CPU devices.
 
-    python benchmarks/async_rollouts.py [--steps 6] [--warmup 2] [--out benchmarks/out/async_rollouts] [key=value ...]
+    python benchmarks/training/async_rollouts.py [--steps 6] [--warmup 2] [--out benchmarks/out/async_rollouts]
+        [key=value ...]
 
 Arms, each a fresh RL stage of the main job (configs/tiny_cpu.toml: 8 prompts x 8 rollouts of up to 192 tokens,
 shared-prefix update) from the shipped base, no SFT and no evaluation, same seed:

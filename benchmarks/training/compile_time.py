@@ -1,7 +1,7 @@
 """Compile time of the RL update (rl/step.py's `rl_update`: forward, backward and optimiser step of the policy loss
 over a batch with images) with the decoder layers unrolled vs scanned (ModelConfig.scan_layers), on CPU.
 
-    JAX_PLATFORMS=cpu python benchmarks/compile_time.py [--layers 6 12 24 36] [--remat none]
+    JAX_PLATFORMS=cpu python benchmarks/training/compile_time.py [--layers 6 12 24 36] [--remat none]
 
 A small-width Qwen3-VL (hidden 64, ModelConfig.tiny's widths, 4 vision blocks with 3 DeepStack taps) with LoRA
 adapters (rank 8, text and vision) as the trainable state, AdamW; the batch is 4 rows of a 32-token prompt holding
@@ -97,7 +97,7 @@ def main() -> None:
         (ul, uc), (sl, sc) = cells
         rows.append(f"| {layers} | {ul:.1f} + {uc:.1f} = {ul + uc:.1f} | {sl:.1f} + {sc:.1f} = {sl + sc:.1f} | "
                     f"{(ul + uc) / (sl + sc):.1f}x |")
-    print(f"`JAX_PLATFORMS=cpu python benchmarks/compile_time.py --layers {' '.join(map(str, args.layers))} "
+    print(f"`JAX_PLATFORMS=cpu python benchmarks/training/compile_time.py --layers {' '.join(map(str, args.layers))} "
           f"--remat {args.remat}`; {cpu_name()}, {os.cpu_count()} cores "
           f"(load average {os.getloadavg()[0]:.1f}), jax {jax.__version__}, {jax.devices()[0].platform}\n")
     print("| decoder layers | unrolled: lower + compile (s) | scanned: lower + compile (s) | unrolled / scanned |")

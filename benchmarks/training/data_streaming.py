@@ -10,7 +10,7 @@ Read in file order through grain.MapDataset.source(...).to_iter_dataset() with t
 default); `shuffled` reads the first 2,000 rows of grain's index shuffle (parquet: each row reads its row group).
 The conversion decodes each embedded image.
 
-    python benchmarks/data_streaming.py [--sizes 10000 200000] [--threads N] [--out DIR]
+    python benchmarks/training/data_streaming.py [--sizes 10000 200000] [--threads N] [--out DIR]
 """
 
 from __future__ import annotations

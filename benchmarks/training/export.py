@@ -1,6 +1,6 @@
 """Export benchmark: save_pretrained streamed tensor by tensor vs the whole-model gather it replaced, one process.
 
-    python benchmarks/export.py [--hidden 512] [--layers 8] [--vocab 16384] [--devices 8]
+    python benchmarks/training/export.py [--hidden 512] [--layers 8] [--vocab 16384] [--devices 8]
 
 A random policy with LoRA adapters in both towers, FSDP-sharded over `--devices` host CPU devices, is written as a
 Hugging Face checkpoint twice: by `save_pretrained` (adapters merged per layer on the device, one tensor at a time

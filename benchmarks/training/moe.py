@@ -10,8 +10,8 @@ Time: wall time of the compiled function, min over --repeats runs after a warm-u
 interleaved rounds so load hits them alike. Memory: XLA's compiled memory analysis,
   peak = temp + argument + output - alias bytes.
 
-    python benchmarks/moe.py                 # N 512 2048, D 2048, E 128, I 768, k 8
-    python benchmarks/moe.py --quick
+    python benchmarks/training/moe.py                 # N 512 2048, D 2048, E 128, I 768, k 8
+    python benchmarks/training/moe.py --quick
 Writes benchmarks/out/moe.json (or --out) and prints a markdown table with the dense / grouped ratios.
 """
 

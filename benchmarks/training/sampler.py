@@ -1,8 +1,8 @@
 """Sampler benchmark: spatial_jax's jitted KV-cache sampler vs transformers' generate, same tiny weights, one process;
 and continuous batching (rollout/engine.py) vs the static batch on a skewed-length workload.
 
-    python benchmarks/sampler.py [--batch 8] [--new 128] [--repeats 3] [--vocab 1024]
-    python benchmarks/sampler.py --skewed-only [--requests 40] [--slots 10] [--short 32]
+    python benchmarks/training/sampler.py [--batch 8] [--new 128] [--repeats 3] [--vocab 1024]
+    python benchmarks/training/sampler.py --skewed-only [--requests 40] [--slots 10] [--short 32]
 
 A tiny Qwen3-VL (spatial_jax ModelConfig.tiny, untied head) is built in transformers, saved, and loaded by
 spatial_jax's from_pretrained, so both sides run identical float32 weights on CPU. The batch holds `--batch`

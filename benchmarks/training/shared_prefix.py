@@ -1,7 +1,7 @@
 """The RL update with each prompt run once for its G rollouts (`rl.shared_prefix`) against the whole-row update,
 side by side in one process, on the main job's policy and shapes.
 
-    JAX_PLATFORMS=cpu python benchmarks/shared_prefix.py [--prompts 8] [--group 8] [--prompt-len 224]
+    JAX_PLATFORMS=cpu python benchmarks/training/shared_prefix.py [--prompts 8] [--group 8] [--prompt-len 224]
         [--completion 192] [--calls 5] [key=value ...]
 
 The policy is the main job's (configs/tiny_cpu.toml, key=value overrides as `spatial-jax train` takes them); the
@@ -101,7 +101,7 @@ def main() -> None:
                     run["losses"].append(loss)
     R, P, N, G = args.prompts * args.group, args.prompt_len, args.completion, args.group
     tokens = {"whole rows": f"{R} x {P + N}", "shared prefix": f"{R // G} x {P} + {R} x {N}"}
-    print(f"`JAX_PLATFORMS=cpu python benchmarks/shared_prefix.py --prompts {args.prompts} --group {G} "
+    print(f"`JAX_PLATFORMS=cpu python benchmarks/training/shared_prefix.py --prompts {args.prompts} --group {G} "
           f"--prompt-len {P} --completion {N} --calls {args.calls}{''.join(' ' + o for o in args.overrides)}`; "
           f"{cpu_name()}, {os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}), jax {jax.__version__}\n")
     print("| update | decoder tokens | s per update (median) | XLA temp (MB) | compile (s) |")

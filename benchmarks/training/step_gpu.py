@@ -1,14 +1,15 @@
 """The policy's RL update, its rollout decode step and a whole RL step on one accelerator, against the chip's limits,
 each change measured beside what it replaces in one process.
 
-    python benchmarks/step_gpu.py rl [--model qwen3-vl-4b] [--prompts 4] [--group 4] [--prompt-len 1024]
+    python benchmarks/training/step_gpu.py rl [--model qwen3-vl-4b] [--prompts 4] [--group 4] [--prompt-len 1024]
         [--completion 1024] [--image 448] [--steps 3] [--arms whole:full:auto whole:dots:auto shared:full:pallas]
         [--out F]
-    python benchmarks/step_gpu.py decode [--model qwen3-vl-4b] [--slots 1 16 64] [--context 992] [--chunk 32]
+    python benchmarks/training/step_gpu.py decode [--model qwen3-vl-4b] [--slots 1 16 64] [--context 992] [--chunk 32]
         [--decode-arms xla pallas xla+graph pallas+graph] [--every-arm-at 16] [--repeats 5] [--out F]
-    python benchmarks/step_gpu.py all [every option of both] [--step-arms xla/whole:full:auto pallas+graph/best]
+    python benchmarks/training/step_gpu.py all [every option of both] [--step-arms xla/whole:full:auto
+        pallas+graph/best]
         # decode, then rl, then whole RL steps, one JSON
-    python benchmarks/step_gpu.py all --model tiny ...      # the same code on the tiny policy (CPU smoke run)
+    python benchmarks/training/step_gpu.py all --model tiny ...      # the same code on the tiny policy (CPU smoke run)
 
 rl: a random policy of the named architecture (rl/plan/shapes.ARCHITECTURES: the published Qwen3-VL shapes), bfloat16
 compute over float32 master weights, every weight trained (vision tower included) with AdamW, scanned layers. The
