@@ -73,3 +73,14 @@ def test_every_page_is_in_the_nav():
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     pages = [p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")]
     assert not [p for p in pages if p not in nav]
+
+
+def test_readme_commands_are_the_ones_ci_runs():
+    """README's first two commands (install + main job; tests) are .ci/run's, step for step (CI adds `-q` to pip)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").replace("pip install -q ", "pip install ")
+    install, tests = re.findall(r"```bash\n(.*?)\n```", readme, re.S)[:2]
+    steps = [s.strip() for s in (install + " && " + tests).split("&&")]
+    assert steps[:3] == ["python3 -m venv .venv", ". .venv/bin/activate", 'pip install -e ".[test]"']
+    assert not [s for s in steps if f"\n{s}\n" not in f"\n{ci}\n"]
+    assert len(readme.splitlines()) <= 160
