@@ -14,14 +14,9 @@ from pathlib import Path
 
 from spatial_jax.data.benchmarks.layout import Layout
 from spatial_jax.data.benchmarks.record import BenchRecord, Where, find_file, local_file, read_jsonl
+from spatial_jax.data.sources.mindcube_train import setting
 
-SETTINGS = ("around", "rotation", "translation", "among")
 LAYOUT = Layout(inline=True, choice="Answer with the letter of the correct option only.")
-
-
-def setting(record_id: str) -> str:
-    low = record_id.lower()
-    return next((s for s in SETTINGS if s in low), "other")
 
 
 def inline_options(question: str) -> tuple[str, ...]:
