@@ -6,7 +6,7 @@ PACKAGES = [
     "spatial_jax",
     "spatial_jax.cli",
     "spatial_jax.data",
-    "spatial_jax.data.benchmarks",
+    "spatial_jax.benchmarks",
     "spatial_jax.eval",
     "spatial_jax.eval.benchmarks",
     "spatial_jax.models",

@@ -11,8 +11,8 @@ import json
 import pytest
 from test_bench_loaders import write_copy
 
+from spatial_jax.benchmarks import load
 from spatial_jax.cli import main
-from spatial_jax.data.benchmarks import load
 from spatial_jax.eval.benchmarks import score_responses
 from spatial_jax.eval.benchmarks.extract import mra
 
@@ -138,7 +138,7 @@ def test_3dsrbench_authors_drop_only_a_one_character_rotation_suffix():
 def test_3dsrbench_without_qids_scores_only_rows(tmp_path):
     from test_bench_loaders import SRBENCH, write_3dsrbench
 
-    from spatial_jax.data.benchmarks import BenchmarkError
+    from spatial_jax.benchmarks import BenchmarkError
 
     records = load("3dsrbench", write_3dsrbench(tmp_path, [{k: v for k, v in r.items() if k != "qid"}
                                                            for r in SRBENCH]))
@@ -155,7 +155,7 @@ def test_omnispatial_direct_variant_and_missing_and_stray_ids(tmp_path):
     assert [r["score"] for r in direct.rows] == [1, 1, 1, 0]
     part = score_responses("omnispatial", records, {ids[1]: "Answer: B"})
     assert part.missing == [ids[0], ids[2], ids[3]] and part.table.overall.n == 1
-    from spatial_jax.data.benchmarks import BenchmarkError
+    from spatial_jax.benchmarks import BenchmarkError
 
     with pytest.raises(BenchmarkError, match="no omnispatial record ids"):
         score_responses("omnispatial", records, {"9_9": "A"})
@@ -200,7 +200,7 @@ def test_prediction_file_forms(tmp_path):
     assert read_predictions(mixed) == {"3": "B", "4": "C"}
     twice = tmp_path / "twice.jsonl"
     twice.write_text('{"id": 3, "response": "B"}\n{"3": "C"}\n')
-    from spatial_jax.data.benchmarks import BenchmarkError
+    from spatial_jax.benchmarks import BenchmarkError
 
     with pytest.raises(BenchmarkError, match="given twice"):
         read_predictions(twice)

@@ -24,7 +24,7 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from spatial_jax.data.benchmarks.layout import PROMPT_LAYOUTS
+    from spatial_jax.benchmarks.layout import PROMPT_LAYOUTS
 
     p.add_argument("--config", default=None,
                    help="the run's TOML config (default: the README main job, configs/tiny_cpu.toml)")
@@ -128,8 +128,8 @@ def _plan(args):
     """(protocol or None, [(benchmark, copy folder, predictions file or None)]), refused before any work."""
     from pathlib import Path
 
+    from spatial_jax.benchmarks import LOADERS
     from spatial_jax.config import ConfigError
-    from spatial_jax.data.benchmarks import LOADERS
     from spatial_jax.eval.benchmarks.protocols import get_protocol
 
     if args.benchmark and args.protocol:
@@ -192,7 +192,7 @@ def run_benchmarks(args) -> int:
     """--benchmark / --protocol: the paper's table from the policy's responses or from --predictions."""
     from pathlib import Path
 
-    from spatial_jax.data.benchmarks import load
+    from spatial_jax.benchmarks import load
     from spatial_jax.eval.benchmarks import score_responses
     from spatial_jax.eval.benchmarks.protocols import summary
     from spatial_jax.eval.benchmarks.runner import read_predictions

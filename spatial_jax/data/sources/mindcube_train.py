@@ -1,5 +1,5 @@
 """MindCube's training split (HF MLL-Lab/MindCube), read as the benchmark loader reads its test file
-(data/benchmarks/mindcube.py, after the authors' data layout): JSON lines {id, question (options inline,
+(spatial_jax/benchmarks/mindcube.py, after the authors' data layout): JSON lines {id, question (options inline,
 `A. ... B. ...`), gt_answer (letter), images (paths relative to the data folder, under `other_all_image/`)}. The
 training file's name (`raw/MindCube_train.jsonl`) is inferred from the test files' (`raw/MindCube.jsonl`,
 `raw/MindCube_tinybench.jsonl`); a file path is read as given. The category is the setting the id names

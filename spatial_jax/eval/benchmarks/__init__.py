@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from spatial_jax.data.benchmarks import BenchmarkError, BenchRecord
+from spatial_jax.benchmarks import BenchmarkError, BenchRecord
 from spatial_jax.eval.benchmarks import (
     cvbench,
     embspatial,

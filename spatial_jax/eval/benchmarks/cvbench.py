@@ -12,8 +12,8 @@ three sources, then the four tasks."""
 
 from __future__ import annotations
 
-from spatial_jax.data.benchmarks.cvbench import SOURCES, TASKS
-from spatial_jax.data.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.cvbench import SOURCES, TASKS
+from spatial_jax.benchmarks.record import BenchRecord
 from spatial_jax.eval.benchmarks.extract import choice_letter
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category, mean_of
 

@@ -7,7 +7,7 @@ option's letter. Overall: every question counts once; rows: the six spatial rela
 
 from __future__ import annotations
 
-from spatial_jax.data.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.record import BenchRecord
 from spatial_jax.eval.benchmarks.extract import choice_letter
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from spatial_jax.data.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.record import BenchRecord
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 
 VARIANTS = ("basic",)

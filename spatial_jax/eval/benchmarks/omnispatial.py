@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from spatial_jax.data.benchmarks.omnispatial import SUB_TASK_TYPES, TASK_TYPES
-from spatial_jax.data.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.omnispatial import SUB_TASK_TYPES, TASK_TYPES
+from spatial_jax.benchmarks.record import BenchRecord
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 
 NAME = "omnispatial"

@@ -2,7 +2,7 @@
 
 Responses come from the same rollout layer as training (`collect`: tool turns for a method that uses them), with
 the decoding the protocol states, each question laid out as its benchmark's protocol shows it (options and answer
-instruction, data/benchmarks/layout.py) inside the method's own prompt, or, when the user asks for the "method"
+instruction, spatial_jax/benchmarks/layout.py) inside the method's own prompt, or, when the user asks for the "method"
 layout, as the method's prompt shows a dataset's question (PROMPT_LAYOUTS). Each finished batch is appended to the
 cache (one JSON line per record) before the next starts; a rerun with the same checkpoint and decoding reads the
 cache and generates only what is missing.
@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from spatial_jax.data.benchmarks import LAYOUTS, BenchRecord, to_sample
-from spatial_jax.data.benchmarks.layout import PROMPT_LAYOUTS
+from spatial_jax.benchmarks import LAYOUTS, BenchRecord, to_sample
+from spatial_jax.benchmarks.layout import PROMPT_LAYOUTS
 from spatial_jax.data.jsonl import DuplicateKey, loads_unique, text_lines
 from spatial_jax.data.pipeline import make_iterator
 from spatial_jax.rollout.collect import ToolSettings, collect
@@ -113,7 +113,7 @@ def generate(
 
 def read_predictions(path: Path) -> dict[str, str]:
     """A JSON object {id: response} or JSONL lines {"id": ..., "response": ...} (or one-pair {id: response})."""
-    from spatial_jax.data.benchmarks import BenchmarkError
+    from spatial_jax.benchmarks import BenchmarkError
 
     try:
         text = path.read_text(encoding="utf-8-sig")

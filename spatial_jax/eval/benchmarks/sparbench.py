@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from spatial_jax.data.benchmarks.record import BenchRecord
-from spatial_jax.data.benchmarks.sparbench import CHOICE_TASKS, NUMERIC_TASKS
+from spatial_jax.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.sparbench import CHOICE_TASKS, NUMERIC_TASKS
 from spatial_jax.eval.benchmarks.extract import mra
 from spatial_jax.eval.benchmarks.table import Table, by_category, mean_of
 

@@ -8,8 +8,8 @@ the README's column order."""
 
 from __future__ import annotations
 
-from spatial_jax.data.benchmarks.record import BenchRecord
-from spatial_jax.data.benchmarks.spatialab import CATEGORIES, LAYOUT
+from spatial_jax.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.spatialab import CATEGORIES, LAYOUT
 from spatial_jax.eval.benchmarks.extract import choice_letter
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord
-from spatial_jax.data.benchmarks.srbench3d import MAIN
+from spatial_jax.benchmarks.record import BenchmarkError, BenchRecord
+from spatial_jax.benchmarks.srbench3d import MAIN
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category
 
 NAME = "3dsrbench"

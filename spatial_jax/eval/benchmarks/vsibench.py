@@ -11,8 +11,8 @@ the rows."""
 
 from __future__ import annotations
 
-from spatial_jax.data.benchmarks.record import BenchRecord
-from spatial_jax.data.benchmarks.vsibench import CHOICE_TYPES
+from spatial_jax.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.vsibench import CHOICE_TYPES
 from spatial_jax.eval.benchmarks.extract import mra
 from spatial_jax.eval.benchmarks.table import Cell, Table, by_category, mean_of
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spatial_jax.data.benchmarks.layout import Layout
-from spatial_jax.data.benchmarks.record import BenchRecord, Where, find_file, local_file, read_jsonl
+from spatial_jax.benchmarks.layout import Layout
+from spatial_jax.benchmarks.record import BenchRecord, Where, find_file, local_file, read_jsonl
 from spatial_jax.data.sources.mindcube_train import setting
 
 LAYOUT = Layout(inline=True, choice="Answer with the letter of the correct option only.")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.data.benchmarks.layout import Layout
-from spatial_jax.data.benchmarks.record import (
+from spatial_jax.benchmarks.layout import Layout
+from spatial_jax.benchmarks.record import (
     BenchmarkError,
     BenchRecord,
     Where,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spatial_jax.data.benchmarks.record import BenchRecord
+from spatial_jax.benchmarks.record import BenchRecord
 from spatial_jax.data.sample import LETTERS
 
 LABELS = ("letters", "numbers")

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.data.benchmarks.layout import Layout
-from spatial_jax.data.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_parquet
+from spatial_jax.benchmarks.layout import Layout
+from spatial_jax.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_parquet
 from spatial_jax.data.sample import LETTERS
 
 NAME = "spatialab"

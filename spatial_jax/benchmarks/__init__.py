@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.data.benchmarks import (
+from spatial_jax.benchmarks import (
     cvbench,
     embspatial,
     mindcube,
@@ -17,9 +17,9 @@ from spatial_jax.data.benchmarks import (
     viewspatial,
     vsibench,
 )
-from spatial_jax.data.benchmarks.convert import to_sample
-from spatial_jax.data.benchmarks.layout import Layout
-from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord, Loader
+from spatial_jax.benchmarks.convert import to_sample
+from spatial_jax.benchmarks.layout import Layout
+from spatial_jax.benchmarks.record import BenchmarkError, BenchRecord, Loader
 
 LOADERS: dict[str, Loader] = {
     "omnispatial": omnispatial.load,

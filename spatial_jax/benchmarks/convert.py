@@ -7,8 +7,8 @@ import io
 
 import numpy as np
 
-from spatial_jax.data.benchmarks.layout import Layout
-from spatial_jax.data.benchmarks.record import BenchmarkError, BenchRecord, Media
+from spatial_jax.benchmarks.layout import Layout
+from spatial_jax.benchmarks.record import BenchmarkError, BenchRecord, Media
 from spatial_jax.data.sample import LETTERS, Sample, Video
 
 

@@ -10,15 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.data.benchmarks.layout import Layout
-from spatial_jax.data.benchmarks.record import (
-    BenchRecord,
-    Where,
-    find_file,
-    local_file,
-    options_from_lines,
-    read_json_list,
-)
+from spatial_jax.benchmarks.layout import Layout
+from spatial_jax.benchmarks.record import BenchRecord, Where, find_file, local_file, options_from_lines, read_json_list
 
 NAME = "viewspatial"
 LAYOUT = Layout(choice="Answer with the letter of the correct option only.")
