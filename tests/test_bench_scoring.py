@@ -11,10 +11,9 @@ import json
 import pytest
 from test_bench_loaders import write_copy
 
-from spatial_jax.benchmarks import load
+from spatial_jax.benchmarks import load, score_responses
+from spatial_jax.benchmarks.extract import mra
 from spatial_jax.cli import main
-from spatial_jax.eval.benchmarks import score_responses
-from spatial_jax.eval.benchmarks.extract import mra
 
 # benchmark -> (responses by record id, expected score per record in file order, expected overall, {row: value})
 CASES = {
@@ -127,7 +126,7 @@ def test_3dsrbench_authors_rows_per_question_lmms_eval_per_row():
 
 
 def test_3dsrbench_authors_drop_only_a_one_character_rotation_suffix():
-    from spatial_jax.eval.benchmarks.srbench3d import group_key
+    from spatial_jax.benchmarks.srbench3d import group_key
 
     # the authors' rule looks at the second-to-last character; lmms-eval's cuts at fixed widths
     assert group_key("AAAAAAAA-flip-3", "authors") == "AAAAAAAA-flip"
@@ -190,7 +189,7 @@ def load_fixture(name):
 
 
 def test_prediction_file_forms(tmp_path):
-    from spatial_jax.eval.benchmarks.runner import read_predictions
+    from spatial_jax.benchmarks.runner import read_predictions
 
     one = tmp_path / "one.jsonl"
     one.write_text('{"id": 3, "response": "B"}\n')  # one JSONL line is also a JSON object: still a row
@@ -207,7 +206,7 @@ def test_prediction_file_forms(tmp_path):
 
 
 def test_cvbench_cambrian_quirks_against_the_letter_rule():
-    from spatial_jax.eval.benchmarks import cvbench
+    from spatial_jax.benchmarks import cvbench
 
     records = {r.id: r for r in load_fixture("cvbench")}
     count, depth = records["0"], records["3"]  # ADE20K Count, gold (B) "2"; Omni3D Depth, gold (A) "lamp"

@@ -18,10 +18,10 @@ LAYERS = {
     "records": 0, "config": 0, "distributed": 0, "kernels": 0,
     "digests": 0, "locks": 0, "platforms": 0, "interrupts": 0,  # process-level utilities: files, locks, signals
     "models": 1, "data": 1, "rewards": 1,
-    "reference": 2, "testing": 2, "methods": 2, "benchmarks": 2,
+    "reference": 2, "testing": 2, "methods": 2,
     "rollout": 3,
     "eval": 4,
-    "rl": 5,
+    "rl": 5, "benchmarks": 5,  # each published benchmark's loader, layout and scorer; their protocols and runner
     "cli": 6,
 }
 

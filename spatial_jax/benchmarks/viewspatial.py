@@ -4,14 +4,21 @@ choices ("A. right\\nB. ...")}, read as the authors' evaluate.py reads it. Recor
 record's position in the list, as evaluate.py numbers its rows.
 
 Layout: the question, then the record's lettered choices (`A. right`), then an instruction to answer with the
-option's letter (this project's words)."""
+option's letter (this project's words).
+
+ViewSpatial-Bench, scored as the authors' evaluate.py (ZJU-REAL/ViewSpatial-Bench) scores it: the response's
+last line (text after its last newline, so a trailing newline leaves an empty line and no answer) is searched for
+the first standalone letter A-D, case-insensitive, upper-cased; the gold is the same search over the record's
+answer ("A. right"). Overall: every question counts once; rows: the question types."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from spatial_jax.benchmarks.layout import Layout
 from spatial_jax.benchmarks.record import BenchRecord, Where, find_file, local_file, options_from_lines, read_json_list
+from spatial_jax.benchmarks.table import Cell, Table, by_category
 
 NAME = "viewspatial"
 LAYOUT = Layout(choice="Answer with the letter of the correct option only.")
@@ -34,3 +41,22 @@ def load(root: Path) -> list[BenchRecord]:
             images=tuple(local_file(base, p, where, "image_path") for p in images),
             extra={"answer_text": answer, "choices": obj["choices"]}, origin=str(where)))
     return out
+
+
+VARIANTS = ("last_line",)
+_OPTION = re.compile(r"\b([A-D])\b", re.IGNORECASE)
+
+
+def _option(text: str) -> str | None:
+    m = _OPTION.search(text)
+    return m.group(1).upper() if m else None
+
+
+def score(record: BenchRecord, response: str, variant: str) -> tuple[float, str | None]:
+    pred = _option(response.split("\n")[-1])
+    return float(pred == _option(record.extra["answer_text"])), pred
+
+
+def tabulate(records: list[BenchRecord], scores: list[float], variant: str) -> Table:
+    return Table(NAME, variant, by_category([r.category for r in records], scores), Cell.of(scores),
+                 "accuracy over all questions (each counts once)")

@@ -2,7 +2,7 @@
 
 Responses come from the same rollout layer as training (`collect`: tool turns for a method that uses them), with
 the decoding the protocol states, each question laid out as its benchmark's protocol shows it (options and answer
-instruction, spatial_jax/benchmarks/layout.py) inside the method's own prompt, or, when the user asks for the "method"
+instruction, layout.py) inside the method's own prompt, or, when the user asks for the "method"
 layout, as the method's prompt shows a dataset's question (PROMPT_LAYOUTS). Each finished batch is appended to the
 cache (one JSON line per record) before the next starts; a rerun with the same checkpoint and decoding reads the
 cache and generates only what is missing.

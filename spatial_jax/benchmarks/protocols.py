@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from spatial_jax.benchmarks.table import Cell, Table, mean_of
 from spatial_jax.config import Registry
-from spatial_jax.eval.benchmarks.table import Cell, Table, mean_of
 from spatial_jax.eval.grounding import OMNISPATIAL_SIZES, SPATIALAB_SIZES, weighted_accuracy
 
 CATEGORY_SIZES = {"omnispatial": OMNISPATIAL_SIZES, "spatialab": SPATIALAB_SIZES}
