@@ -6,14 +6,14 @@ PACKAGES = [
     "spatial_jax",
     "spatial_jax.cli",
     "spatial_jax.data",
-    "spatial_jax.data.benchmarks",
     "spatial_jax.eval",
-    "spatial_jax.eval.benchmarks",
+    "spatial_jax.benchmarks",
     "spatial_jax.models",
     "spatial_jax.reference",
     "spatial_jax.rewards",
     "spatial_jax.methods",
     "spatial_jax.rl",
+    "spatial_jax.rl.plan",
     "spatial_jax.rollout",
     "spatial_jax.testing",
     "spatial_jax.kernels",
@@ -53,7 +53,11 @@ setup(
     ],
     extras_require={
         # libtpu (jax[tpu]) lets the tests compile the Pallas kernels with the real XLA:TPU compiler on a CPU machine.
-        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff==0.17.6", "jax[tpu]==0.10.2"],
+        # The docs packages are exact: CI builds the site with warnings as errors, and a theme or plug-in release
+        # could add a warning with no commit here.
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "ruff==0.17.6", "jax[tpu]==0.10.2",
+                 "mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8",
+                 "mkdocstrings-python==2.0.11"],
         # tools/mutation.sh: mutation testing of one module with its own tests (a developer tool, not run by CI)
         "mutation": ["mutmut==3.8.1"],
         "gpu": ["jax[cuda12]==0.10.2"],

@@ -1,5 +1,5 @@
 """Issue 44, findings 1, 8, 9 and 13: the benchmark drivers (papers, learning, uncertain, rollout_gap) share one
-argument check (benchmarks/driver_args.py, over the commands' guards in spatial_jax/cli/outputs.py and
+argument check (benchmarks/papers/driver_args.py, over the commands' guards in spatial_jax/cli/outputs.py and
 script_guard.py), made before anything is written: --results never names the config (or any non-Markdown file),
 counts are bounded and fit on the disk, seeds are distinct, and an override of a setting the driver owns is
 refused."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import learning  # noqa: E402
 import paper_spatialthinker  # noqa: E402

@@ -1,10 +1,11 @@
-"""benchmarks/format_breaks.py's parts that decide a measurement: the search for the breaking token and the kinds."""
+"""benchmarks/papers/format_breaks.py's parts that decide a measurement: the search for the breaking token and the
+kinds."""
 
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import format_breaks as fb  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/learning.py's bookkeeping (the runs themselves take an hour and are a benchmark, not a test): the
+"""benchmarks/papers/learning.py's bookkeeping (the runs themselves take an hour and are a benchmark, not a test): the
 Table 3 figures read from an evaluation summary, means and standard errors over seeds, the per-seed direction of each
 ablation against SpatialCORE, the quartile and per-seed tables, and the table replaced in place between its markers in
 RESULTS.md."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import learning  # noqa: E402
 

@@ -18,16 +18,19 @@ from spatial_jax.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-sys.path.append(str(BENCH))
+FOLDER = {"rewards": "kernels", "entropy_kernels": "kernels", "step_gpu": "training", "moe": "training",
+          "format_breaks": "papers", "sampler": "training", "export": "training", "async_rollouts": "training",
+          "data_streaming": "training", "rollout_gap": "papers", "triton_entropy": "gpu"}
+sys.path += [str(BENCH / folder) for folder in sorted(set(FOLDER.values()))]  # each script's siblings import
 HUGE = "99999999999999"
 FOREIGN = '{"someone": "else"}\n'
 
 
 def _script(name: str):
-    """benchmarks/<name>.py as a module of its own name (bench_<name>: `sampler` and `export` are common names); the
+    """benchmarks/<folder>/<name>.py as a module of its own name (bench_<name>: `sampler` and `export` are common names); the
     environment it sets on import (async_rollouts' eight host devices) is put back."""
     saved = dict(os.environ)
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / FOLDER[name] / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     os.environ.clear()
@@ -127,7 +130,7 @@ def test_triton_entropy_refuses_before_importing_torch(tmp_path):
     for argv, needle in [(["--ns", HUGE], "--ns must lie in"),
                          (["--peers", "--out", str(tmp_path / "peers.json")], "was not written by")]:
         res = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'triton_entropy.py'; "
-                              f"sys.path.insert(0, {str(BENCH)!r}); import triton_entropy", *argv],
+                              f"sys.path.insert(0, {str(BENCH / 'gpu')!r}); import triton_entropy", *argv],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert res.returncode == 2 and needle in res.stderr, res.stderr[-2000:]
     assert theirs.read_text() == "# theirs\n" and not (tmp_path / "peers.json").exists()

@@ -1,5 +1,5 @@
-"""benchmarks/papers.py's bookkeeping for --paper allospatial (the runs themselves are a benchmark, not a test): the
-job's world and lengths, the two pipelines and three arms differing only in what they say, the figures read from an
+"""benchmarks/papers/papers.py's bookkeeping for --paper allospatial (the runs themselves are a benchmark, not a test):
+the job's world and lengths, the two pipelines and three arms differing only in what they say, the figures read from an
 evaluation's rows, the paired tables against each arm's own start, and the argument errors."""
 
 import dataclasses
@@ -16,7 +16,7 @@ from spatial_jax.data.tool_turns import ToolTurn, sft_target, tool_turn_ids
 from spatial_jax.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import paper_allospatial as allo  # noqa: E402
 import papers  # noqa: E402

@@ -1,5 +1,5 @@
-"""benchmarks/papers.py's bookkeeping for --paper spatialthinker (the runs themselves are a benchmark, not a test):
-the job and its arms, the figures re-scored from an evaluation's rows by the reward's own functions, the paired
+"""benchmarks/papers/papers.py's bookkeeping for --paper spatialthinker (the runs themselves are a benchmark, not a
+test): the job and its arms, the figures re-scored from an evaluation's rows by the reward's own functions, the paired
 tables and claims over seeds, and the argument errors, each one line before any run starts."""
 
 import dataclasses
@@ -19,7 +19,7 @@ from spatial_jax.rewards import parse_scene, spatialthinker
 from spatial_jax.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import paper_spatialthinker as st  # noqa: E402
 import papers  # noqa: E402

@@ -1,6 +1,6 @@
-"""benchmarks/paper_tables.py, the tables every paper of papers.py prints, line for line on two hand-made seeds
-(means, standard errors and turned questions worked by hand), and the verdict rule of benchmarks/learning.py at each of
-its edges: a claim reads "holds" only beyond 2 standard errors above 0."""
+"""benchmarks/papers/paper_tables.py, the tables every paper of papers.py prints, line for line on two hand-made seeds
+(means, standard errors and turned questions worked by hand), and the verdict rule of benchmarks/papers/learning.py at
+each of its edges: a claim reads "holds" only beyond 2 standard errors above 0."""
 
 import sys
 import warnings
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import learning  # noqa: E402
 import paper_tables  # noqa: E402

@@ -1,4 +1,4 @@
-"""benchmarks/papers.py's bookkeeping for --paper prosr (the runs themselves are a benchmark, not a test): the
+"""benchmarks/papers/papers.py's bookkeeping for --paper prosr (the runs themselves are a benchmark, not a test): the
 figures read from an evaluation (accuracy where the prior is wrong, the prior's answer given), the paired tables and
 claims over seeds; and every paper's argument errors, each one line before any run starts."""
 
@@ -16,7 +16,7 @@ from spatial_jax.data.synthetic import names_prior, prior_is_wrong
 from spatial_jax.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import paper_prosr  # noqa: E402
 import papers  # noqa: E402

@@ -1,5 +1,5 @@
-"""benchmarks/peers.py on CPU (Triton interpreter): the adapters' interface, parity against the float64 reference and
-its verdicts, the tables, verl's load-by-path, and `triton_entropy.py --peers --interpret` end to end.
+"""benchmarks/gpu/peers.py on CPU (Triton interpreter): the adapters' interface, parity against the float64 reference
+and its verdicts, the tables, verl's load-by-path, and `triton_entropy.py --peers --interpret` end to end.
 
 Peers run here only where they can: Liger's kernel runs in the interpreter (when liger-kernel is installed); CCE's
 calls libdevice, which the interpreter lacks, and verl's asserts CUDA tensors, so only its loading is checked.
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "gpu"))
 
 import peers  # noqa: E402
 
@@ -111,10 +111,10 @@ def restore_modules():
 
 def test_verl_kernel_loads_without_its_package_dependencies(tmp_path, restore_modules):
     """verl's kernel asserts CUDA tensors, so on CPU only its loading is checked: from the wheels that
-    benchmarks/fetch_peer_wheels.sh leaves in the git-ignored .whl/ (absent in CI: skipped)."""
+    benchmarks/gpu/fetch_peer_wheels.sh leaves in the git-ignored .whl/ (absent in CI: skipped)."""
     wheels = sorted((ROOT / ".whl").glob("verl-*.whl"))
     if not wheels or not peers.OLD_VERL_WHEEL.exists():
-        pytest.skip("no verl wheels in .whl/ (bash benchmarks/fetch_peer_wheels.sh)")
+        pytest.skip("no verl wheels in .whl/ (bash benchmarks/gpu/fetch_peer_wheels.sh)")
     if "verl" in sys.modules:
         pytest.skip("a verl package is already imported in this process")
     with zipfile.ZipFile(wheels[-1]) as z:  # verl/__init__.py too: it must not run (it imports ray, tensordict)
@@ -169,8 +169,9 @@ def test_jax_kernel_timed_call_and_memory(mode):
 
 def test_script_peers_interpret(tmp_path):
     out = tmp_path / "peers.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "triton_entropy.py"), "--peers", "--interpret",
-                          "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    script = ROOT / "benchmarks" / "gpu" / "triton_entropy.py"
+    res = subprocess.run([sys.executable, str(script), "--peers", "--interpret", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     md = out.with_suffix(".md").read_text()
     assert "| spatial-jax | log p + entropy | 384 |" in md and "| spatial-jax | log p + entropy | 383 |" in md

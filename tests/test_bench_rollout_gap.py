@@ -1,5 +1,5 @@
-"""benchmarks/rollout_gap.py: its argument errors, each one line before any run starts, and a smoke run (1 seed, 2
-RL steps per arm, bfloat16, one-step-off rollouts) whose tables and run directories show the arms ran and differ
+"""benchmarks/papers/rollout_gap.py: its argument errors, each one line before any run starts, and a smoke run (1 seed,
+2 RL steps per arm, bfloat16, one-step-off rollouts) whose tables and run directories show the arms ran and differ
 where they should."""
 
 import sys
@@ -10,7 +10,7 @@ import pytest
 from spatial_jax.rl.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import rollout_gap  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/step_gpu.py on CPU: the FLOP bookkeeping behind its MFU, the roofline's byte count, the engine's
+"""benchmarks/training/step_gpu.py on CPU: the FLOP bookkeeping behind its MFU, the roofline's byte count, the engine's
 fixed-context decode inputs, and both parts end to end on the tiny policy."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "training"))
 
 import step_gpu  # noqa: E402
 

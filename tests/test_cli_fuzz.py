@@ -27,6 +27,7 @@ from test_bench_loaders import write_copy
 
 import spatial_jax.data.pseudo_gt
 import spatial_jax.rl.plan
+import spatial_jax.rl.plan.gpu
 import spatial_jax.rl.workspace
 from spatial_jax.cli import COMMANDS, build_parser, main
 from spatial_jax.data import synthetic
@@ -88,7 +89,7 @@ def _stop(*args, **kwargs):
 @pytest.fixture
 def stopped(monkeypatch, tmp_path):
     for module, name in [(spatial_jax.rl.workspace, "build_policy"), (spatial_jax.rl.plan, "programs"),
-                         (spatial_jax.rl.plan, "estimate_gpu"), (spatial_jax.data.pseudo_gt, "ZeroShotDetector")]:
+                         (spatial_jax.rl.plan.gpu, "estimate_gpu"), (spatial_jax.data.pseudo_gt, "ZeroShotDetector")]:
         monkeypatch.setattr(module, name, _stop)
     monkeypatch.chdir(tmp_path)  # relative defaults (runs/..., checkpoints/...) land here
     return tmp_path

@@ -4,7 +4,7 @@ and a box whose uncertainty equals a quartile edge."""
 
 import pytest
 
-from spatial_jax.eval.benchmarks.extract import choice_letter, mra
+from spatial_jax.benchmarks.extract import choice_letter, mra
 from spatial_jax.eval.grounding import iou_by_uncertainty_quartile
 from spatial_jax.rewards import parse_harness
 from spatial_jax.rewards.allospatial import AlloSpatialConfig, tool_score

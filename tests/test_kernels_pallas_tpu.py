@@ -108,10 +108,10 @@ def test_auto_resolves_from_the_mesh_devices():
 N, D, V = 8192, 4096, 151_936
 
 
-# The forward+backward program holds the forward kernel too; the forward alone (benchmarks/pallas_tpu_compile.py)
-# would compile it a second time at no gain in proof. Each generation with one dtype, each dtype on one generation
-# (~20 s a compile): the blocks every generation x dtype gets are checked above without compiling, and
-# benchmarks/pallas_tpu_compile.py compiles the whole grid.
+# The forward+backward program holds the forward kernel too; the forward alone
+# (benchmarks/kernels/pallas_tpu_compile.py) would compile it a second time at no gain in proof. Each generation with
+# one dtype, each dtype on one generation (~20 s a compile): the blocks every generation x dtype gets are checked
+# above without compiling, and benchmarks/kernels/pallas_tpu_compile.py compiles the whole grid.
 @pytest.mark.parametrize("mode", ["fwd_bwd"])
 @pytest.mark.parametrize(("topology", "dtype"), [("v5p:2x2x1", jnp.float32), ("v6e:2x2", jnp.bfloat16)])
 @pytest.mark.slow

@@ -12,8 +12,8 @@ import json
 import pytest
 
 from spatial_jax.cli import main
-from spatial_jax.rl import plan as plan_module
-from spatial_jax.rl.plan import compiler_oom_bytes, fmt_bytes
+from spatial_jax.rl.plan import rollouts, shapes, targets
+from spatial_jax.rl.plan.measure import compiler_oom_bytes, fmt_bytes
 
 SMALL = ["data.bucket_lengths=[64]", "rl.prompts_per_step=2", "rl.group_size=2", "rl.micro_batch=4",
          "rl.sampling.max_new_tokens=16", "rl.loss.kl_coef=0.01", "rl.loss.max_completion_length=16",
@@ -146,7 +146,7 @@ def test_tpu_refusals_name_the_extra_only_when_libtpu_is_missing(capsys, monkeyp
     assert main(["plan", "--topology", "v5p:3x3x7"]) == 2
     err = capsys.readouterr().err
     assert "libtpu cannot describe this slice" in err and "not divisible" in err and "install" not in err
-    monkeypatch.setattr(plan_module, "tpu_compiler_installed", lambda: False)
+    monkeypatch.setattr(targets, "tpu_compiler_installed", lambda: False)
     assert main(["plan", "--topology", "v5p:3x3x7"]) == 2
     assert "needs libtpu; install the tpu extra" in capsys.readouterr().err
 
@@ -177,7 +177,6 @@ def test_rollouts_are_planned_on_the_decoding_copy_as_the_job_samples(tmp_path, 
     `rl.sampling.slots`, its weights `decode.dtype`, and the trainer's master weights stay resident meanwhile."""
     from spatial_jax import config as C
     from spatial_jax.models.sharding import make_mesh
-    from spatial_jax.rl import plan as pl
     from spatial_jax.rl.config import TrainConfig
 
     paged = _by_name(cpu_report[1])
@@ -191,13 +190,14 @@ def test_rollouts_are_planned_on_the_decoding_copy_as_the_job_samples(tmp_path, 
     assert "2 slots" in fewer["what"] and fewer["argument"] < paged["rollout_decode"]["argument"]
     assert fewer["resident"] == paged["rollout_decode"]["resident"]
     # the copy is cast to decode.dtype ("auto": the compute dtype, float32 for the tiny policy here)
-    mesh = make_mesh(2, 2, 2, devices=pl.parse_target("cpu:8").devices)
+    mesh = make_mesh(2, 2, 2, devices=targets.parse_target("cpu:8").devices)
     sizes, layout = {}, ["mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2"]
     for dtype in ("auto", "float32", "bfloat16"):
         cfg = C.load(TrainConfig, None, [*SMALL, *layout, f"decode.dtype={dtype}"])
-        dec = pl.decoding(cfg, pl.abstract_policy(cfg, pl.model_config(cfg), mesh), mesh, pl.Shapes.of(cfg))
+        policy = shapes.abstract_policy(cfg, shapes.model_config(cfg), mesh)
+        dec = rollouts.decoding(cfg, policy, mesh, shapes.Shapes.of(cfg))
         assert dec.processes == 1 and dec.rows == 4 and dec.mesh.devices.size == 8
-        sizes[dtype] = pl._local_bytes(dec.params, dec.mesh)
+        sizes[dtype] = shapes._local_bytes(dec.params, dec.mesh)
     assert sizes["auto"] == sizes["float32"] and 0.45 < sizes["bfloat16"] / sizes["float32"] < 0.55
 
 
@@ -217,22 +217,21 @@ def test_each_host_of_a_multi_host_slice_decodes_its_own_block():
     from spatial_jax import config as C
     from spatial_jax.config import ConfigError
     from spatial_jax.models.sharding import make_mesh
-    from spatial_jax.rl import plan as pl
     from spatial_jax.rl.config import TrainConfig
 
-    target = pl.parse_target("v6e:4x4")
+    target = targets.parse_target("v6e:4x4")
     mesh = make_mesh(1, 16, 1, devices=target.devices)
     cfg = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=16", "rl.prompts_per_step=8", "rl.group_size=2"])
-    policy = pl.abstract_policy(cfg, pl.model_config(cfg), mesh)
-    host = pl.host_slice(target, mesh)
+    policy = shapes.abstract_policy(cfg, shapes.model_config(cfg), mesh)
+    host = targets.host_slice(target, mesh)
     assert len(host) == 4 and {tuple(d.coords) for d in host} == {(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)}
-    one_host = pl.parse_target("v6e:2x2")
-    assert pl.host_slice(one_host, make_mesh(1, 4, 1, devices=one_host.devices)) is None
-    dec = pl.decoding(cfg, policy, mesh, pl.Shapes.of(cfg), host)
+    one_host = targets.parse_target("v6e:2x2")
+    assert targets.host_slice(one_host, make_mesh(1, 4, 1, devices=one_host.devices)) is None
+    dec = rollouts.decoding(cfg, policy, mesh, shapes.Shapes.of(cfg), host)
     assert dec.processes == 4 and dec.rows == 4 and dec.mesh.devices.size == 4
     bad = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=16", "rl.prompts_per_step=6"])
     with pytest.raises(ConfigError, match="does not split among the 4 hosts"):
-        pl.decoding(bad, policy, mesh, pl.Shapes.of(bad))
+        rollouts.decoding(bad, policy, mesh, shapes.Shapes.of(bad))
 
 
 def test_the_shared_prefix_update_is_planned_when_the_job_runs_it(tmp_path, capsys):
@@ -275,7 +274,6 @@ def test_one_step_off_compiles_for_tpu_on_both_meshes(tmp_path, capsys):
     pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]'): no XLA:TPU compiler")
     from spatial_jax import config as C
     from spatial_jax.config import ConfigError
-    from spatial_jax.rl import plan as pl
     from spatial_jax.rl.config import TrainConfig
 
     code, report, printed = _plan(tmp_path, capsys, "v6e:2x4", "mesh.fsdp=4", "decode.devices=4",
@@ -285,12 +283,12 @@ def test_one_step_off_compiles_for_tpu_on_both_meshes(tmp_path, capsys):
     by_name = _by_name(report)
     assert report["platform"] == "tpu" and report["rollout_devices"] == 4
     assert by_name["rollout_decode"]["resident"] == 0 and by_name["rl_update"]["peak"] > 0
-    training, rollout = pl.rollout_mesh_devices(C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=4", "decode.devices=4"]),
-                                                pl.parse_target("v6e:2x4"))
+    own = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=4", "decode.devices=4"])
+    training, rollout = rollouts.rollout_mesh_devices(own, targets.parse_target("v6e:2x4"))
     assert len(training) == len(rollout) == 4 and len({d.process_index for d in training}) == 1
     wide = C.load(TrainConfig, None, [*SMALL, "mesh.fsdp=8", "decode.devices=8", "rl.prompts_per_step=4"])
     with pytest.raises(ConfigError, match="span several: use decode.devices=0"):
-        pl.rollout_mesh_devices(wide, pl.parse_target("v6e:4x4"))
+        rollouts.rollout_mesh_devices(wide, targets.parse_target("v6e:4x4"))
 
 
 def test_the_trainer_old_logp_forward_is_planned_when_the_job_runs_it(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """The uncertain world of issue 32 (configs/uncertain_cpu.toml, its base checkpoints/uncertain_base) and
-benchmarks/uncertain.py's bookkeeping (the runs themselves are a benchmark, not a test): squares at random places in
-their cells, box digits the policy is unsure of (random and pre-trained alike), the corruption realised at the share
-asked for on the training file only, the held-out boxes exact, and the Table 5 verdicts."""
+benchmarks/papers/uncertain.py's bookkeeping (the runs themselves are a benchmark, not a test): squares at random
+places in their cells, box digits the policy is unsure of (random and pre-trained alike), the corruption realised at
+the share asked for on the training file only, the held-out boxes exact, and the Table 5 verdicts."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from spatial_jax.rl.policy import build_mesh, build_policy
 from spatial_jax.rl.pretrain import MANIFEST, pretrain_config
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.append(str(ROOT / "benchmarks"))
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
 
 import learning  # noqa: E402
 import uncertain  # noqa: E402

@@ -2,12 +2,12 @@
 
     tools/mutation.sh MODULE TESTS... [--functions GLOB,...] [--show]
 
-MODULE is a file (spatial_jax/rl/dynamic_sampling.py, benchmarks/paper_tables.py); TESTS are pytest paths or node ids.
-The run works in a scratch copy of the tree under .mutation/<module>/ (mutmut writes its mutants/ beside the sources it
-copies, so the worktree is never touched), mutates only MODULE, and runs each mutant against the TESTS that reach the
-mutated function. --functions restricts the run and the count to functions whose names match the comma-separated
-GLOBs (e.g. 'final_answer' or 'verdict,over_seeds'), for a module of which only part is under audit; a mutant no
-selected test reaches counts as a survivor ("no tests"). It prints generated / killed / equivalent / survived;
+MODULE is a file (spatial_jax/rl/dynamic_sampling.py, benchmarks/papers/paper_tables.py); TESTS are pytest paths or node
+ids. The run works in a scratch copy of the tree under .mutation/<module>/ (mutmut writes its mutants/ beside the
+sources it copies, so the worktree is never touched), mutates only MODULE, and runs each mutant against the TESTS that
+reach the mutated function. --functions restricts the run and the count to functions whose names match the
+comma-separated GLOBs (e.g. 'final_answer' or 'verdict,over_seeds'), for a module of which only part is under audit; a
+mutant no selected test reaches counts as a survivor ("no tests"). It prints generated / killed / equivalent / survived;
 equivalent mutants (ones no test can kill because they change no behaviour) are listed, each with one line of why, in
 tools/mutation_equivalents.toml under the module's path, by mutmut's mutant name. A listed name that is no longer a
 survivor is reported as stale, since mutmut numbers mutants per function and an edit of the function renumbers them.

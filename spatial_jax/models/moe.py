@@ -4,7 +4,7 @@ outputs are summed with the renormalised top-k probabilities as weights (HF Qwen
 Every token reaches all of its k experts (no capacity, nothing dropped): the N * k (token, expert) pairs are sorted
 by expert and each expert's contiguous run goes through its weights in one grouped matmul, `jax.lax.ragged_dot`
 (megablox-style on TPU, a loop of dots elsewhere), so the work is N * k rows, not N * E. `dense_moe` is the same
-layer as a loop over every expert on every token, the benchmark's baseline (benchmarks/moe.py).
+layer as a loop over every expert on every token, the benchmark's baseline (benchmarks/training/moe.py).
 
 Expert weights are stacked [E, in, out] with a leading logical "expert" axis (models.sharding.RULES maps it to the
 mesh), in the released checkpoints' layout: gate_up [E, D, 2I] (gate columns first), down [E, I, D].

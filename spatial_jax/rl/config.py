@@ -199,8 +199,8 @@ class RLConfig:
 class PlanConfig:
     """What `spatial-jax plan` checks the recipe against: target (a TPU topology such as "v5p:2x4x4", the machine
     its mesh, remat and micro-batch are sized for), gpu_target (e.g. "gpu:h100x8", estimated), model (an
-    architecture of rl/plan.ARCHITECTURES when the checkpoint's config.json is not at hand) and image_size (the side
-    in pixels of the square image each prompt holds, before the policy's resize)."""
+    architecture of rl/plan/shapes.ARCHITECTURES when the checkpoint's config.json is not at hand) and image_size (the
+    side in pixels of the square image each prompt holds, before the policy's resize)."""
 
     target: str = ""
     gpu_target: str = ""

@@ -344,7 +344,7 @@ class Engine:
     def chunk_inputs_at(self, context: int) -> tuple[np.ndarray, ...]:
         """The per-slot inputs of a decode chunk with every slot live at `context` cached tokens, in pages of its
         own (slot j's after slot j - 1's), with a budget of one chunk: a decode step at a chosen context, as
-        benchmarks/step_gpu.py times it."""
+        benchmarks/training/step_gpu.py times it."""
         need = -(-(context + self.chunk) // self.page_size)
         if context < 1 or need > self.max_pages or 1 + self.slots * need > self.pages:
             raise ValueError(f"context {context} + a chunk of {self.chunk} does not fit {self.slots} slots of "

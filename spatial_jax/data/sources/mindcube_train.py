@@ -1,5 +1,5 @@
 """MindCube's training split (HF MLL-Lab/MindCube), read as the benchmark loader reads its test file
-(data/benchmarks/mindcube.py, after the authors' data layout): JSON lines {id, question (options inline,
+(spatial_jax/benchmarks/mindcube.py, after the authors' data layout): JSON lines {id, question (options inline,
 `A. ... B. ...`), gt_answer (letter), images (paths relative to the data folder, under `other_all_image/`)}. The
 training file's name (`raw/MindCube_train.jsonl`) is inferred from the test files' (`raw/MindCube.jsonl`,
 `raw/MindCube_tinybench.jsonl`); a file path is read as given. The category is the setting the id names
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.data.benchmarks.mindcube import setting
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.data.sources import fields as F
 from spatial_jax.data.sources.rows import JsonLines, Row, Source
@@ -18,6 +17,13 @@ from spatial_jax.data.sources.rows import JsonLines, Row, Source
 NAME = "mindcube-train"
 FIELDS = {"question": "question", "answer": "gt_answer", "images": "images", "id": "id", "reference": ""}
 FILES = ("raw/MindCube_train.jsonl", "MindCube_train.jsonl")
+# the settings the ids name; the test split's loader reads its categories with the same function
+SETTINGS = ("around", "rotation", "translation", "among")
+
+
+def setting(record_id: str) -> str:
+    low = record_id.lower()
+    return next((s for s in SETTINGS if s in low), "other")
 
 
 def convert(row: Row, ctx: F.Context):
