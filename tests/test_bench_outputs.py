@@ -27,8 +27,8 @@ FOREIGN = '{"someone": "else"}\n'
 
 
 def _script(name: str):
-    """benchmarks/<folder>/<name>.py as a module of its own name (bench_<name>: `sampler` and `export` are common names); the
-    environment it sets on import (async_rollouts' eight host devices) is put back."""
+    """benchmarks/<folder>/<name>.py as a module of its own name (bench_<name>: `sampler` and `export` are common
+    names); the environment it sets on import (async_rollouts' eight host devices) is put back."""
     saved = dict(os.environ)
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / FOLDER[name] / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
