@@ -287,6 +287,7 @@ class Program:
     resident: int = 0  # trainer state in memory meanwhile that is no argument (Adam state while sampling, ...)
     mosaic_kernels: int = 0  # Pallas/Mosaic kernel calls in the compiled program (splash attention, the LM head)
     lm_head_kernels: int = 0  # of those, the Pallas LM head's (forward; + dh and dw in an update)
+    all_to_alls: int = 0  # all-to-all call sites in the compiled program (the MoE layers' expert parallelism)
 
     def row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -307,6 +308,11 @@ def mosaic_kernels(hlo: str) -> tuple[int, int]:
     (a kernel inside a scanned layer is one call)."""
     calls = [line for line in hlo.splitlines() if 'custom_call_target="tpu_custom_call"' in line]
     return len(calls), sum(f"/{pallas_kernels.SCOPE}/" in line for line in calls)
+
+
+def all_to_alls(hlo: str) -> int:
+    """All-to-all call sites in a compiled program's HLO text (synchronous or started asynchronously)."""
+    return len(re.findall(r"= [^=]*? all-to-all(?:-start)?\(", hlo))
 
 
 def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Program:
@@ -335,7 +341,7 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
     derived = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
     program = Program(name, what, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
                       int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), max(peak, int(derived)) + resident,
-                      seconds, flops, resident, *mosaic_kernels(compiled.as_text()))
+                      seconds, flops, resident, *mosaic_kernels(hlo := compiled.as_text()), all_to_alls(hlo))
     print(f"plan: {name} compiled in {seconds:.0f} s, peak {fmt_bytes(program.peak)} per chip", file=sys.stderr,
           flush=True)
     return program
@@ -641,14 +647,15 @@ class Report:
             head += (f"; rollouts on a mesh of their own, the {self.rollout_devices} chips after the training mesh's "
                      "(nothing of the trainer resident there)")
         lines = [head, f"{'program':<18} {'argument':>10} {'temp':>10} {'output':>10} {'resident':>10} {'peak':>10} "
-                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8} {'Mosaic':>6}  shape"]
+                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8} {'Mosaic':>6} {'a2a':>4}  shape"]
         for p in self.programs:
             share = "-" if t.hbm_bytes is None else f"{100 * p.peak / t.hbm_bytes:.0f}%"
             flops = "-" if p.flops is None else f"{p.flops / 1e12:.3g}"
             sizes = " ".join(f"{fmt_bytes(n):>10}" for n in (p.argument, p.temp, p.output, p.resident, p.peak))
             seconds = "-" if self.estimate else f"{p.compile_s:.1f}"
             kernels = "-" if self.estimate else f"{p.mosaic_kernels}/{p.lm_head_kernels}"
-            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8} {kernels:>6}  {p.what}")
+            a2a = "-" if self.estimate else str(p.all_to_alls)
+            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8} {kernels:>6} {a2a:>4}  {p.what}")
         if self.remat is not None:
             chosen, recipe, peaks = self.remat
             each = ", ".join(f"{name} {fmt_bytes(peak)}" for name, peak in peaks.items())
@@ -657,7 +664,7 @@ class Report:
                          + ("" if chosen == recipe else f": set policy.remat_policy={chosen}"))
         lines.append("peak = argument + output - aliased + temp (the compiler's buffer assignment) + resident (trainer "
                      "state held meanwhile: Adam state and KL reference copy while sampling); Mosaic = Pallas kernel "
-                     "calls / of which the LM head's")
+                     "calls / of which the LM head's; a2a = all-to-all call sites (expert parallelism)")
         return "\n".join(lines)
 
 
