@@ -74,16 +74,19 @@ def main(argv=None) -> None:
     D = mc.text.hidden_size
     x = jax.ShapeDtypeStruct((args.rows, args.tokens, D), jnp.bfloat16, sharding=NamedSharding(mesh, P("fsdp")))
 
-    def fwd(params, x):
-        return nnx.merge(graphdef, params)(x)
+    def programs():  # fresh functions for each path: jax would reuse a traced one, whatever is patched
+        def fwd(params, x):
+            return nnx.merge(graphdef, params)(x)
 
-    def fwd_bwd(params, x, g):
-        return jax.grad(lambda p, x: jnp.sum(fwd(p, x).astype(jnp.float32) * g), argnums=(0, 1))(params, x)
+        def fwd_bwd(params, x, g):
+            return jax.grad(lambda p, x: jnp.sum(fwd(p, x).astype(jnp.float32) * g), argnums=(0, 1))(params, x)
+
+        return (("fwd", fwd, (params, x)), ("fwd_bwd", fwd_bwd, (params, x, x)))
 
     rows = []
     for mode in ("all-to-all", "xla"):
         off = mock.patch.object(moe, "expert_parallel_axes", lambda *a: None) if mode == "xla" else mock.MagicMock()
-        for name, fn, fargs in (("fwd", fwd, (params, x)), ("fwd_bwd", fwd_bwd, (params, x, x))):
+        for name, fn, fargs in programs():
             t0 = time.perf_counter()
             with off, jax.set_mesh(mesh):
                 compiled = jax.jit(fn).lower(*fargs).compile()
