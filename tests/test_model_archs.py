@@ -333,6 +333,45 @@ def test_expert_lora_trains_and_merges():
         v, nnx.Variable)))
 
 
+def test_expert_parallel_layer_equals_one_device():
+    """Experts over the fsdp axis (2 devices x 4 experts; tokens over data and fsdp, tensor replicated): the
+    all-to-all path gives the one-device layer's outputs and gradients (adapters on, so theirs too) through its
+    three all-to-alls; a batch the token axes do not divide falls back to every device
+    running all experts."""
+    from transformers import Qwen3VLMoeConfig
+
+    from spatial_jax.models import LoRAConfig
+    from spatial_jax.models.moe import expert_parallel_axes
+    from spatial_jax.models.sharding import make_mesh
+    from spatial_jax.rl.plan.measure import all_to_alls
+
+    text = dict(MOE["text"], num_experts=8, num_experts_per_tok=3)
+    hf_cfg = Qwen3VLMoeConfig(text_config=text, vision_config=dict(MOE["vision"]), **IDS)
+    cfg = ModelConfig.from_hf(json.loads(hf_cfg.to_json_string()),
+                              lora=LoRAConfig(rank=2, targets=("experts_gate_up", "experts_down")))
+    layer = SparseMoE(cfg, rngs=nnx.Rngs(3))
+    for e in layer.experts.values():
+        e.lora_b[...] = 0.01 * jax.random.normal(jax.random.key(1), e.lora_b[...].shape)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 6, 32)), jnp.float32)
+    w = jnp.asarray(np.random.default_rng(1).standard_normal((4, 6, 32)), jnp.float32)
+    grad = nnx.jit(nnx.value_and_grad(lambda m, x: jnp.sum(m(x) * w), argnums=(nnx.DiffState(0, nnx.Param), 1)))
+    value, (g_params, g_x) = grad(layer, x)
+    with jax.set_mesh(make_mesh(data=2, fsdp=2, tensor=2)):
+        assert expert_parallel_axes(4, 8) == (("data", "fsdp"), ("fsdp",)) and expert_parallel_axes(3, 8) is None
+        ep_value, (ep_params, ep_x) = grad(layer, x)
+        jaxpr = str(jax.make_jaxpr(lambda x: layer(x))(x))
+    assert jaxpr.count("all_to_all[") == 3, "tokens out, counts, results back"
+    # plan counts them in compiled programs (XLA:TPU writes tuple-shaped and asynchronous ones too)
+    assert all_to_alls("%a = bf16[2,4]{1,0} all-to-all(bf16[2,4]{1,0} %x)\n%b = (f32[2], u32[]) all-to-all-start("
+                       "f32[2] %y)\n%c = f32[2] all-to-all-done(%b)\n%d = f32[2] add(%e, %f)") == 2
+    assert abs(float(ep_value) - float(value)) < TOL * max(1.0, abs(float(value)))
+    np.testing.assert_allclose(np.asarray(ep_x), np.asarray(g_x), atol=TOL)
+    leaves = jax.tree.leaves(ep_params), jax.tree.leaves(g_params)
+    assert len(leaves[0]) == 7  # the router and both projections' kernels, lora_a and lora_b
+    for a, b in zip(*leaves):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=TOL, atol=TOL)
+
+
 # ---------------------------------------------------------------- the registry
 
 

@@ -147,6 +147,46 @@ def test_timestamps_and_bad_videos():
         V.preprocess_video(np.zeros((2, 2, 500, 3), np.uint8), V.VideoProcessingConfig())
 
 
+def _qwen2_video_processor_class():
+    """transformers' Qwen2VLVideoProcessor (Qwen2.5-VL's), imported with an empty stand-in for the torchvision
+    module its file names at the top (only in annotations; torchvision is not installed here)."""
+    import importlib
+    import sys
+    import types
+    from unittest import mock
+
+    for name in ("video_processing_utils", "processing_utils", "image_processing_utils", "video_utils"):
+        importlib.import_module(f"transformers.{name}")  # before the stand-in: they test for torchvision
+    names = ("torchvision", "torchvision.transforms", "torchvision.transforms.v2",
+             "torchvision.transforms.v2.functional")
+    with mock.patch.dict(sys.modules, {n: types.ModuleType(n) for n in names}):
+        from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+    return Qwen2VLVideoProcessor
+
+
+def test_patched_frame_sampling_equals_qwen2_5_vl_processor():
+    """Qwen2.5-VL's sampling (whole temporal patches, a float stride from frame 0, n + 1 frames where torch's
+    arange rounds so) and its second_per_grid_ts, against transformers over clip lengths and frame rates."""
+    from transformers.video_utils import VideoMetadata
+
+    hf = _qwen2_video_processor_class()(do_sample_frames=True)
+    extra = 0
+    for cfg in (VideoProcessingConfig(fps=2.0), VideoProcessingConfig(fps=1.3, min_frames=3, max_frames=31)):
+        for total in (2, 3, 9, 44, 65, 191, 4321):
+            for fps in (1.0, 23.976, 30.0):
+                meta = VideoMetadata(total_num_frames=total, fps=fps)
+                ref = hf.sample_frames(meta, fps=cfg.fps, min_frames=cfg.min_frames, max_frames=cfg.max_frames,
+                                       temporal_patch_size=2).numpy()
+                got = V.sample_indices_patched(total, fps, cfg)
+                np.testing.assert_array_equal(got, ref)
+                extra += len(got) % 2
+                meta.frames_indices = ref.tolist()
+                assert V.second_per_grid(len(got), total, fps) == pytest.approx(2 / meta.sampled_fps, rel=1e-12)
+    assert extra > 0, "some case keeps the odd extra frame"
+    with pytest.raises(ValueError, match="at least 2 frames"):
+        V.sample_indices_patched(1, 30.0, VideoProcessingConfig())
+
+
 @pytest.fixture(scope="session")
 def models(tmp_path_factory):
     from spatial_jax.models.hf_io import from_pretrained

@@ -78,6 +78,31 @@ def sample_indices(total_frames: int, video_fps: float, cfg: VideoProcessingConf
     return np.linspace(0, total_frames - 1, n).round().astype(int)
 
 
+def sample_indices_patched(total_frames: int, video_fps: float, cfg: VideoProcessingConfig) -> np.ndarray:
+    """Qwen2.5-VL's rule (transformers' Qwen2VLVideoProcessor.sample_frames at cfg.fps): cfg.fps per second of the
+    clip, clamped to [min_frames, max_frames] and to the clip, rounded down to whole temporal patches, taken at
+    a constant float stride from frame 0 (so the last frame is usually not kept)."""
+    tp = cfg.temporal_patch_size
+    if total_frames < tp:
+        raise ValueError(f"a video needs at least {tp} frames (one temporal patch), got {total_frames}")
+    if not (math.isfinite(video_fps) and video_fps > 0):
+        raise ValueError(f"the video's frame rate must be positive, got {video_fps}")
+    most = math.floor(min(cfg.max_frames, total_frames) / tp) * tp
+    n = min(max(total_frames / video_fps * cfg.fps, cfg.min_frames), most, total_frames)
+    n = math.floor(n / tp) * tp
+    # as torch.arange(0, total, total / n).int(): ceil(total / stride) values (n + 1 where the double division
+    # lands just above n, as transformers then keeps), i * stride in float32, truncated
+    stride = total_frames / n
+    count = math.ceil(total_frames / stride)
+    return (np.arange(count, dtype=np.float64) * stride).astype(np.float32).astype(int)
+
+
+def second_per_grid(n_sampled: int, total_frames: int, video_fps: float, temporal_patch_size: int = 2) -> float:
+    """Seconds one temporal patch spans (Qwen2.5-VL's second_per_grid_ts): temporal_patch_size / the sampled
+    frame rate, n_sampled / total_frames * video_fps, as transformers' processor states it."""
+    return temporal_patch_size / (n_sampled / total_frames * video_fps)
+
+
 def smart_resize(num_frames: int, height: int, width: int, cfg: VideoProcessingConfig) -> tuple[int, int]:
     """The frame size: sides multiples of cfg.factor, frames x pixels within [min_pixels, max_pixels]."""
     factor, tf = cfg.factor, cfg.temporal_patch_size

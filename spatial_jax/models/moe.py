@@ -12,14 +12,17 @@ mesh), in the released checkpoints' layout: gate_up [E, D, 2I] (gate columns fir
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import random_normal, random_uniform
 from spatial_jax.models.lora import LoRALinear, LoRAParam
-from spatial_jax.models.sharding import constrain
+from spatial_jax.models.sharding import axes_of, constrain
 
 
 class ExpertLinear(LoRALinear):
@@ -51,15 +54,29 @@ class ExpertLinear(LoRALinear):
             self.lora_a = self.lora_b = self.lora_dropout = None
 
     def __call__(self, x: jax.Array, group_sizes: jax.Array) -> jax.Array:
-        """x [M, in], rows sorted by expert with group_sizes [E] rows each -> [M, out]."""
+        """x [M, in], rows sorted by expert with group_sizes [E] rows each -> [M, out]; rows past
+        sum(group_sizes) give 0."""
+        return self.apply(x, group_sizes, *self.weights())
+
+    def weights(self) -> tuple[jax.Array, ...]:
+        """(kernel, lora_a, lora_b): what `apply` takes, the adapter's None without one."""
+        return (self.kernel[...],) + ((self.lora_a[...], self.lora_b[...]) if self.rank > 0 else (None, None))
+
+    def apply(self, x, group_sizes, kernel, lora_a, lora_b, dropout_key: jax.Array | None = None) -> jax.Array:
+        """The layer with these weights (a shard's experts inside shard_map); `dropout_key` draws the adapter
+        dropout's mask where the module's own stream cannot be advanced (inside shard_map)."""
         dt = jnp.dtype(self.dtype)
         x = x.astype(dt)
-        y = jax.lax.ragged_dot(x, self.kernel[...].astype(dt), group_sizes)
+        y = jax.lax.ragged_dot(x, kernel.astype(dt), group_sizes)
         if self.rank > 0 and self.adapters_enabled:
-            h = jax.lax.ragged_dot(self.lora_dropout(x), self.lora_a[...].astype(dt), group_sizes)
-            h = jax.lax.ragged_dot(h, self.lora_b[...].astype(dt), group_sizes)
+            h = jax.lax.ragged_dot(self.lora_dropout(x, rngs=dropout_key), lora_a.astype(dt), group_sizes)
+            h = jax.lax.ragged_dot(h, lora_b.astype(dt), group_sizes)
             y = y + (self.scaling * h).astype(dt)
         return y
+
+    def dropout_live(self) -> bool:
+        return self.rank > 0 and self.adapters_enabled and not self.lora_dropout.deterministic \
+            and self.lora_dropout.rate > 0
 
 
 def route(logits: jax.Array, top_k: int) -> tuple[jax.Array, jax.Array]:
@@ -114,17 +131,97 @@ class SparseMoE(nnx.Module):
         if self.record_router_logits:
             self.sow(nnx.Intermediate, "router_logits", logits)
         weights, experts = route(logits, self.top_k)
+        axes = expert_parallel_axes(B, self.num_experts)
+        if axes is None:
+            y = self._combine(flat, weights, experts, lambda rows, sizes: self._swiglu(
+                rows, sizes, self.experts["gate_up_proj"].weights(), self.experts["down_proj"].weights()))
+        else:
+            y = self._expert_parallel(x, weights.reshape(B, T, -1), experts.reshape(B, T, -1), *axes)
+        return constrain(y.reshape(B, T, D).astype(x.dtype), ("batch", "seq", "act_embed"))
+
+    def _swiglu(self, rows, group_sizes, gate_up, down, keys=(None, None)):
+        """The experts' SwiGLU on rows grouped by expert, with these (kernel, lora_a, lora_b) weights."""
+        h = self.experts["gate_up_proj"].apply(rows, group_sizes, *gate_up, dropout_key=keys[0])
+        h = jax.nn.silu(h[:, : self.intermediate]) * h[:, self.intermediate:]
+        return self.experts["down_proj"].apply(h, group_sizes, *down, dropout_key=keys[1])
+
+    def _combine(self, flat, weights, experts, run):
+        """sum_j weights[:, j] * expert_j(flat) with `run(rows sorted by expert, group_sizes [E])`."""
         k = self.top_k
         # the N * k (token, expert) pairs, sorted by expert (stable, so tokens keep their order within an expert)
         order = jnp.argsort(experts.reshape(-1), stable=True)
         token = order // k
         group_sizes = jnp.bincount(experts.reshape(-1), length=self.num_experts).astype(jnp.int32)
-        h = self.experts["gate_up_proj"](jnp.take(flat, token, axis=0), group_sizes)
-        h = jax.nn.silu(h[:, : self.intermediate]) * h[:, self.intermediate:]
-        out = self.experts["down_proj"](h, group_sizes)
+        out = run(jnp.take(flat, token, axis=0), group_sizes)
         out = out * jnp.take(weights.reshape(-1), order)[:, None].astype(out.dtype)
-        y = jnp.zeros_like(flat, dtype=out.dtype).at[token].add(out)
-        return constrain(y.reshape(B, T, D).astype(x.dtype), ("batch", "seq", "act_embed"))
+        return jnp.zeros_like(flat, dtype=out.dtype).at[token].add(out)
+
+    def _expert_parallel(self, x, weights, experts, batch_axes: tuple[str, ...], ep_axes: tuple[str, ...]):
+        """Expert parallelism: each device of `ep_axes` holds E / n whole experts and its own tokens (batch over
+        `batch_axes`); a token's k (token, expert) rows go to their experts' devices in one all-to-all and come
+        back in another. Nothing is dropped: a destination's buffer holds every row one device could send it
+        (N * min(k, E / n)), rows past a sender's count are padding that the grouped matmul leaves at 0."""
+        mesh = jax.sharding.get_abstract_mesh()
+        sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+        n = math.prod(sizes[a] for a in ep_axes)
+        E, k = self.num_experts, self.top_k
+        local_experts = E // n
+        gu, dn = self.experts["gate_up_proj"], self.experts["down_proj"]
+        # the adapters' dropout draws its keys here, from the modules' streams, and folds in the token shard
+        keys = tuple(m.lora_dropout.rngs() if m.dropout_live() else None for m in (gu, dn))
+        ep = ep_axes[0] if len(ep_axes) == 1 else ep_axes
+        dt = jnp.dtype(gu.dtype)
+
+        def local(x, weights, experts, gate_up, down, keys):
+            B, T, D = x.shape
+            flat = x.reshape(B * T, D).astype(dt)
+            shard = jax.lax.axis_index(batch_axes)
+            keys = tuple(None if key is None else jax.random.fold_in(key, shard) for key in keys)
+            capacity = B * T * min(k, local_experts)
+
+            def run(rows, group_sizes):
+                dest = jnp.repeat(jnp.arange(n), jnp.sum(group_sizes.reshape(n, local_experts), axis=1),
+                                  total_repeat_length=rows.shape[0])
+                per_dest = jnp.sum(group_sizes.reshape(n, local_experts), axis=1)
+                pos = jnp.arange(rows.shape[0]) - (jnp.cumsum(per_dest) - per_dest)[dest]
+                send = jnp.zeros((n, capacity, D), dt).at[dest, pos].set(rows)
+                recv = jax.lax.all_to_all(send, ep, 0, 0)  # [source, capacity, D]
+                counts = jax.lax.all_to_all(group_sizes.reshape(n, local_experts), ep, 0, 0)  # [source, E / n]
+                # each received row's local expert; a source's padding rows get E / n, after every group
+                ends = jnp.cumsum(counts, axis=1)
+                slot = jnp.sum(jnp.arange(capacity)[None, :, None] >= ends[:, None, :], axis=-1).reshape(-1)
+                order = jnp.argsort(slot, stable=True)
+                out = self._swiglu(recv.reshape(n * capacity, D)[order], jnp.sum(counts, axis=0), gate_up, down,
+                                   keys)
+                out = jnp.zeros_like(out).at[order].set(out).reshape(n, capacity, D)
+                return jax.lax.all_to_all(out, ep, 0, 0)[dest, pos]
+
+            return self._combine(flat, weights.reshape(B * T, k), experts.reshape(B * T, k), run).reshape(B, T, D)
+
+        tokens = P(batch_axes)
+        run = jax.shard_map(local, mesh=mesh, in_specs=(tokens, tokens, tokens, P(ep), P(ep), P()),
+                            out_specs=tokens)
+        return run(x, weights, experts, gu.weights(), dn.weights(), keys)
+
+
+def expert_parallel_axes(batch: int, num_experts: int) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(token axes, expert axes) of the active mesh when its "expert" axes (models.sharding.RULES) have more than
+    one device, divide the experts, and shard the batch of `batch` rows with the other "batch" axes; None
+    otherwise (no mesh, one device, a batch they do not divide: every device then runs all experts on its rows)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty:
+        return None
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    ep = tuple(a for a in axes_of("expert") if sizes.get(a, 1) > 1)
+    n = math.prod(sizes[a] for a in ep)
+    if not ep or num_experts % n:
+        return None
+    batch_axes, prod = [], 1
+    for a in axes_of("batch"):
+        if sizes.get(a, 1) > 1 and batch % (prod * sizes[a]) == 0:
+            batch_axes.append(a)
+            prod *= sizes[a]
+    return (tuple(batch_axes), ep) if set(ep) <= set(batch_axes) else None
 
 
 def dense_moe(layer: SparseMoE, x: jax.Array) -> jax.Array:

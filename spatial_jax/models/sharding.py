@@ -50,7 +50,7 @@ RULES: dict[str, str | tuple[str, ...] | None] = {
     "merger_in": "fsdp",
     # expert parallelism: each device of the fsdp axis holds whole experts of every MoE layer (their embed axis
     # then stays unsharded, since a mesh axis serves one dimension of an array); tokens reach their experts
-    # through the all-to-all XLA inserts around the grouped matmul
+    # through the all-to-all of models.moe (left to XLA, the grouped matmul all-gathers the experts instead)
     "expert": "fsdp",
 }
 
@@ -91,6 +91,12 @@ def logical_to_spec(names: Sequence[str | None], shape: Sequence[int] | None = N
         used.update(kept)
         out.append(None if not kept else (kept[0] if len(kept) == 1 else tuple(kept)))
     return P(*out)
+
+
+def axes_of(name: str) -> tuple[str, ...]:
+    """The mesh axes a logical name maps to (empty when replicated)."""
+    rule = RULES.get(name)
+    return () if rule is None else ((rule,) if isinstance(rule, str) else tuple(rule))
 
 
 def _active_mesh():

@@ -108,14 +108,15 @@ class Report:
             head += (f"; rollouts on a mesh of their own, the {self.rollout_devices} chips after the training mesh's "
                      "(nothing of the trainer resident there)")
         lines = [head, f"{'program':<18} {'argument':>10} {'temp':>10} {'output':>10} {'resident':>10} {'peak':>10} "
-                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8} {'Mosaic':>6}  shape"]
+                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8} {'Mosaic':>6} {'a2a':>4}  shape"]
         for p in self.programs:
             share = "-" if t.hbm_bytes is None else f"{100 * p.peak / t.hbm_bytes:.0f}%"
             flops = "-" if p.flops is None else f"{p.flops / 1e12:.3g}"
             sizes = " ".join(f"{fmt_bytes(n):>10}" for n in (p.argument, p.temp, p.output, p.resident, p.peak))
             seconds = "-" if self.estimate else f"{p.compile_s:.1f}"
             kernels = "-" if self.estimate else f"{p.mosaic_kernels}/{p.lm_head_kernels}"
-            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8} {kernels:>6}  {p.what}")
+            a2a = "-" if self.estimate else str(p.all_to_alls)
+            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8} {kernels:>6} {a2a:>4}  {p.what}")
         if self.remat is not None:
             chosen, recipe, peaks = self.remat
             each = ", ".join(f"{name} {fmt_bytes(peak)}" for name, peak in peaks.items())
@@ -124,7 +125,7 @@ class Report:
                          + ("" if chosen == recipe else f": set policy.remat_policy={chosen}"))
         lines.append("peak = argument + output - aliased + temp (the compiler's buffer assignment) + resident (trainer "
                      "state held meanwhile: Adam state and KL reference copy while sampling); Mosaic = Pallas kernel "
-                     "calls / of which the LM head's")
+                     "calls / of which the LM head's; a2a = all-to-all call sites (expert parallelism)")
         return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ class Program:
     resident: int = 0  # trainer state in memory meanwhile that is no argument (Adam state while sampling, ...)
     mosaic_kernels: int = 0  # Pallas/Mosaic kernel calls in the compiled program (splash attention, the LM head)
     lm_head_kernels: int = 0  # of those, the Pallas LM head's (forward; + dh and dw in an update)
+    all_to_alls: int = 0  # all-to-all call sites in the compiled program (the MoE layers' expert parallelism)
 
     def row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -49,6 +50,11 @@ def mosaic_kernels(hlo: str) -> tuple[int, int]:
     (a kernel inside a scanned layer is one call)."""
     calls = [line for line in hlo.splitlines() if 'custom_call_target="tpu_custom_call"' in line]
     return len(calls), sum(f"/{pallas_kernels.SCOPE}/" in line for line in calls)
+
+
+def all_to_alls(hlo: str) -> int:
+    """All-to-all call sites in a compiled program's HLO text (synchronous or started asynchronously)."""
+    return len(re.findall(r"= [^=]*? all-to-all(?:-start)?\(", hlo))
 
 
 def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Program:
@@ -77,7 +83,7 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
     derived = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
     program = Program(name, what, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
                       int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), max(peak, int(derived)) + resident,
-                      seconds, flops, resident, *mosaic_kernels(compiled.as_text()))
+                      seconds, flops, resident, *mosaic_kernels(hlo := compiled.as_text()), all_to_alls(hlo))
     print(f"plan: {name} compiled in {seconds:.0f} s, peak {fmt_bytes(program.peak)} per chip", file=sys.stderr,
           flush=True)
     return program
