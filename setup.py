@@ -60,6 +60,9 @@ setup(
                  "mkdocstrings-python==2.0.11"],
         # tools/mutation.sh: mutation testing of one module with its own tests (a developer tool, not run by CI)
         "mutation": ["mutmut==3.8.1"],
+        # benchmarks/papers/vs_trl.py: TRL's GRPOTrainer beside the project's RL step, with the versions its table was
+        # measured with (against torch 2.13.0 CPU above)
+        "bench": ["trl==1.16.0", "accelerate==1.16.0", "datasets==5.2.0"],
         "gpu": ["jax[cuda12]==0.10.2"],
         "tpu": ["jax[tpu]==0.10.2"],
     },

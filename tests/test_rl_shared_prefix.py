@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from spatial_jax.models import ModelConfig, Qwen3VL
-from spatial_jax.models.attention import AttentionMask, attention
+from spatial_jax.models.attention import AttentionMask, attention, query_blocks
 from spatial_jax.rl import step as st
 from spatial_jax.rl.losses import LossConfig
 
@@ -120,6 +120,20 @@ def test_causal_offset_equals_the_explicit_mask(impl, chunk):
     want = attention(q, k, v, dense, scale=0.3, impl="xla")
     got = attention(q, k, v, mask, scale=0.3, impl=impl, chunk=chunk)
     assert np.isfinite(np.asarray(got)).all()
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=2e-6, rtol=2e-6)
+
+
+def test_query_blocks_are_balanced_and_equal_the_unchunked_path():
+    # at most `chunk` queries a block, as few blocks as that allows, padding under 8 queries a block (the main job's
+    # 192 completion tokens with chunk 128: two blocks of 96, not 2 x 128 with a third of the work on padding)
+    for T in (1, 7, 9, 40, 192, 224, 416, 1000):
+        for chunk in (1, 4, 32, 128, 1024):
+            n, size = query_blocks(T, chunk)
+            assert size <= chunk and n == -(-T // chunk) and n * size >= T and n * size - T < 8 * n
+    assert query_blocks(192, 128) == (2, 96)
+    q, k, v, mask, dense, real = _offset_case(2, T=40)  # chunk 32: two blocks of 24
+    want = attention(q, k, v, dense, scale=0.3, impl="xla")
+    got = attention(q, k, v, mask, scale=0.3, impl="xla", chunk=32)
     np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=2e-6, rtol=2e-6)
 
 

@@ -32,7 +32,7 @@ RESULT_TOPICS = {
     "results/rollouts.md": ("Rollouts and sampling", r"Sampler|one step off|rollout-trainer gap"),
     "results/data.md": ("Data", r"Streaming"),
     "results/training.md": ("Training: the main job, its base, the update and the tools",
-                            r"main job|CI|Shared-prefix|Compile time|export|Qwen2\.5|Mutation"),
+                            r"main job|CI|Shared-prefix|Compile time|export|Qwen2\.5|Mutation|TRL"),
 }
 RESULT_OTHER = "results/other.md"
 

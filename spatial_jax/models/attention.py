@@ -155,15 +155,25 @@ def _block(q, k, v, vis, scale):
     return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)
 
 
+def query_blocks(T: int, chunk: int) -> tuple[int, int]:
+    """(blocks, queries per block) for T queries in blocks of at most `chunk`: as few blocks as `chunk` allows,
+    balanced, so padding stays under 8 queries a block (T = 192 with chunk 128 runs two blocks of 96, not two of
+    128 with a third of the work on padding)."""
+    n = -(-T // chunk)
+    per_block = -(-T // n)
+    return n, min(chunk, -(-per_block // 8) * 8)
+
+
 def xla(q, k, v, mask: AttentionMask, *, scale: float, chunk: int = 0) -> jax.Array:
-    """Einsum attention; with 0 < chunk < T the queries go through in blocks of `chunk`, each recomputed in the
-    backward pass, and a structured mask is built per block, so nothing [T, S] is ever live."""
+    """Einsum attention; with 0 < chunk < T the queries go through in balanced blocks of at most `chunk`
+    (query_blocks), each recomputed in the backward pass, and a structured mask is built per block, so nothing
+    [T, S] is ever live."""
     B, T, H, D = q.shape
     S = k.shape[1]
     if chunk <= 0 or T <= chunk:
         vis = mask.dense if not mask.structured else _visible(mask, mask.segment_ids, jnp.arange(T), S)
         return _block(q, k, v, vis, scale)
-    n = -(-T // chunk)
+    n, chunk = query_blocks(T, chunk)
     pad = n * chunk - T
 
     def blocks(x):  # [B, T, ...] -> [n, B, chunk, ...], padded queries see nothing
