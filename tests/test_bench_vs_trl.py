@@ -1,6 +1,6 @@
-"""benchmarks/papers/vs_trl.py's bookkeeping (the comparison itself is a benchmark, not a test): the prompt check that must
-hold before anything is timed, the table's medians, ratios and first-step column, and its argument errors, each one
-line before any worker starts."""
+"""benchmarks/papers/vs_trl.py's bookkeeping (the comparison itself is a benchmark, not a test): the prompt check that
+must hold before anything is timed, the table's medians, ratios and first-step column, and its argument errors, each
+one line before any worker starts."""
 
 import importlib.util
 import sys
