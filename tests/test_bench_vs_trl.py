@@ -46,7 +46,7 @@ def test_prompt_check_table_and_argument_errors(tmp_path, capsys):
 
     notes = tmp_path / "notes.txt"
     notes.write_text("x")
-    for argv, message in ((["--pairs", "1"], "--pairs must be >= 2"),
+    for argv, message in ((["--pairs", "1"], "--pairs must lie in [2, 1000]"),
                           (["--results", str(notes)], "is not a Markdown file"),
                           (["rl.steps=3"], "rl.steps= is set by the driver"),
                           (["rl.loss.kl_coef=0.01"], "without KL")):

@@ -384,7 +384,7 @@ def validate(args: argparse.Namespace) -> None:
     from spatial_jax.cli.job_config import load_job
     from spatial_jax.config import ConfigError
 
-    driver_args.check(args, OWNED, counts={"--pairs": (args.pairs, 2)})
+    driver_args.check(args, OWNED, counts={"--pairs": (args.pairs, 2, 1000)})
     if args.load <= 0 or args.wait < 0:
         raise ConfigError(f"--load must be > 0 and --wait >= 0, got {args.load} and {args.wait}")
     try:
