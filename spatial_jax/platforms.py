@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import glob
 import os
+import platform
+from pathlib import Path
 
 # A TPU chip is reached through /dev/accel<N> (v2 to v5p) or a VFIO group /dev/vfio/<N> (v5e and later); a GPU
 # through the driver's device files (NVIDIA, WSL2, AMD), as jax itself looks for them.
@@ -30,3 +32,12 @@ def settle() -> None:
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     if not _present(GPU_DEVICES):
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def cpu_name() -> str:
+    """The host's CPU model ("AMD EPYC ..."), as the benchmark tables name their machine."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.machine())

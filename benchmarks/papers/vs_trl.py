@@ -400,7 +400,7 @@ def validate(args: argparse.Namespace) -> None:
 
 def measure(args: argparse.Namespace) -> int:
     validate(args)
-    from compile_time import cpu_name  # after the checks: it imports the models
+    from spatial_jax.platforms import cpu_name
 
     Path(args.out).mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/papers/vs_trl.py " + " ".join(

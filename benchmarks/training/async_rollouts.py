@@ -36,11 +36,11 @@ import time
 from pathlib import Path
 
 import jax
-from compile_time import cpu_name  # this folder is sys.path[0] when the script runs
 
 from spatial_jax.cli.job_config import load_job
 from spatial_jax.cli.script_guard import check_counts, claim_folder, write_own
 from spatial_jax.config import ConfigError
+from spatial_jax.platforms import cpu_name
 from spatial_jax.rl import train as train_module
 
 OWNER = Path(__file__).name

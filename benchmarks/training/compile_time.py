@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +24,7 @@ import optax
 from flax import nnx
 
 from spatial_jax.models import LoRAConfig, LoRAParam, ModelConfig, create_model
+from spatial_jax.platforms import cpu_name
 from spatial_jax.rl.losses import LossConfig
 from spatial_jax.rl.step import RLData, make_seq_batch, rl_update
 
@@ -71,14 +70,6 @@ def compile_seconds(layers: int, scan: bool, remat: str) -> tuple[float, float]:
     t1 = time.perf_counter()
     lowered.compile()
     return t1 - t0, time.perf_counter() - t1
-
-
-def cpu_name() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.machine())
 
 
 def main() -> None:

@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from compile_time import cpu_name  # this folder is sys.path[0] when the script runs
 from flax import nnx
 
 from spatial_jax.cli.job_config import load_job
+from spatial_jax.platforms import cpu_name
 from spatial_jax.rl.policy import build_mesh, build_policy
 from spatial_jax.rl.step import RLData, make_seq_batch, rl_update
 
