@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import time
 from pathlib import Path
 from unittest import mock
@@ -36,7 +35,7 @@ from spatial_jax.cli.script_guard import check_counts, check_own_output, write_o
 from spatial_jax.config import ConfigError
 from spatial_jax.models import ModelConfig, moe
 from spatial_jax.models.sharding import logical_to_spec, make_mesh, variable_names
-from spatial_jax.rl.plan.measure import fmt_bytes
+from spatial_jax.rl.plan.measure import collective_calls, fmt_bytes
 from spatial_jax.rl.plan.shapes import ARCHITECTURES
 from spatial_jax.rl.plan.targets import parse_target
 
@@ -62,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def collectives(hlo: str) -> dict[str, int]:
-    return {op: len(re.findall(rf"= [^=]*? {op}(?:-start)?\(", hlo)) for op in COLLECTIVES}
+    return {op: collective_calls(hlo, op) for op in COLLECTIVES}
 
 
 def main(argv=None) -> None:

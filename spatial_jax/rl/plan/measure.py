@@ -52,9 +52,15 @@ def mosaic_kernels(hlo: str) -> tuple[int, int]:
     return len(calls), sum(f"/{pallas_kernels.SCOPE}/" in line for line in calls)
 
 
+def collective_calls(hlo: str, op: str) -> int:
+    """Call sites of collective `op` ("all-to-all", "all-gather", ...) in a compiled program's HLO text, synchronous
+    or started asynchronously (its -done half is not counted again)."""
+    return len(re.findall(rf"= [^=]*? {re.escape(op)}(?:-start)?\(", hlo))
+
+
 def all_to_alls(hlo: str) -> int:
-    """All-to-all call sites in a compiled program's HLO text (synchronous or started asynchronously)."""
-    return len(re.findall(r"= [^=]*? all-to-all(?:-start)?\(", hlo))
+    """All-to-all call sites in a compiled program's HLO text (the MoE layers' expert parallelism)."""
+    return collective_calls(hlo, "all-to-all")
 
 
 def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Program:
