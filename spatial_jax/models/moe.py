@@ -180,9 +180,8 @@ class SparseMoE(nnx.Module):
             capacity = B * T * min(k, local_experts)
 
             def run(rows, group_sizes):
-                dest = jnp.repeat(jnp.arange(n), jnp.sum(group_sizes.reshape(n, local_experts), axis=1),
-                                  total_repeat_length=rows.shape[0])
                 per_dest = jnp.sum(group_sizes.reshape(n, local_experts), axis=1)
+                dest = jnp.repeat(jnp.arange(n), per_dest, total_repeat_length=rows.shape[0])
                 pos = jnp.arange(rows.shape[0]) - (jnp.cumsum(per_dest) - per_dest)[dest]
                 send = jnp.zeros((n, capacity, D), dt).at[dest, pos].set(rows)
                 recv = jax.lax.all_to_all(send, ep, 0, 0)  # [source, capacity, D]
