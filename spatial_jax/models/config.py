@@ -20,6 +20,11 @@ REMAT_POLICY_NAMES = ("none", "full", "dots", "dots_no_batch")
 # Attention kernels (spatial_jax.models.attention): "auto" = splash on TPU, cuDNN on GPU (16-bit), XLA otherwise.
 AttentionImpl = Literal["auto", "xla", "splash", "cudnn", "pallas"]
 ATTENTION_IMPLS = ("auto", "xla", "splash", "cudnn", "pallas")
+# The MoE experts' grouped matmul (spatial_jax.kernels.grouped_matmul): XLA's ragged_dot, or jax's Pallas TPU kernel
+# megablox (off TPU in the Pallas interpreter, for tests). ragged_dot is the default because it runs on every backend
+# and is the path held to transformers; no TPU here has timed the two, so neither is claimed faster.
+MoeMatmul = Literal["ragged_dot", "megablox"]
+MOE_MATMULS = ("ragged_dot", "megablox")
 # Patches per frame slot of the vision tower: a frame is padded to the smallest bucket that holds it, so a new image
 # size reuses a compiled shape (beyond the last bucket: the next multiple of it).
 VISION_BUCKETS = (64, 256, 1024, 4096, 16384)
@@ -203,6 +208,8 @@ class ModelConfig:
     scan_layers: bool = False
     # Which attention implementation runs (results equal to float rounding; the KV-cache calls always use XLA).
     attention_impl: AttentionImpl = "auto"
+    # Which grouped matmul runs the MoE experts (MOE_MATMULS; results equal to float rounding).
+    moe_matmul: MoeMatmul = "ragged_dot"
     # Sorted patch counts per frame slot of the vision tower (VISION_BUCKETS); each a multiple of merge**2.
     vision_buckets: tuple[int, ...] = VISION_BUCKETS
 
@@ -210,6 +217,7 @@ class ModelConfig:
         check_non_negative(self, "attention_chunk")
         require("attention_impl", self.attention_impl, self.attention_impl in ATTENTION_IMPLS,
                 f"be one of {ATTENTION_IMPLS}")
+        require("moe_matmul", self.moe_matmul, self.moe_matmul in MOE_MATMULS, f"be one of {MOE_MATMULS}")
         m2 = self.vision.spatial_merge_size**2
         buckets = self.vision_buckets
         require("vision_buckets", buckets, len(buckets) > 0 and list(buckets) == sorted(set(buckets))

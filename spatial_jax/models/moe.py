@@ -2,9 +2,11 @@
 outputs are summed with the renormalised top-k probabilities as weights (HF Qwen3VLMoeTextSparseMoeBlock).
 
 Every token reaches all of its k experts (no capacity, nothing dropped): the N * k (token, expert) pairs are sorted
-by expert and each expert's contiguous run goes through its weights in one grouped matmul, `jax.lax.ragged_dot`
-(megablox-style on TPU, a loop of dots elsewhere), so the work is N * k rows, not N * E. `dense_moe` is the same
-layer as a loop over every expert on every token, the benchmark's baseline (benchmarks/training/moe.py).
+by expert and each expert's contiguous run goes through its weights in one grouped matmul, so the work is N * k rows,
+not N * E. Which grouped matmul is ModelConfig.moe_matmul (kernels/grouped_matmul.py): XLA's `jax.lax.ragged_dot`
+or jax's Pallas TPU kernel megablox, which XLA cannot partition, so under a mesh of several devices the layer runs in
+shard_map on every path (all experts on each chip's tokens where expert parallelism does not apply). `dense_moe` is
+the same layer as a loop over every expert on every token, the benchmark's baseline (benchmarks/training/moe.py).
 
 Expert weights are stacked [E, in, out] with a leading logical "expert" axis (models.sharding.RULES maps it to the
 mesh), in the released checkpoints' layout: gate_up [E, D, 2I] (gate columns first), down [E, I, D].
@@ -19,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
+from spatial_jax.kernels.grouped_matmul import TILING, grouped_matmul
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.layers import random_normal, random_uniform
 from spatial_jax.models.lora import LoRALinear, LoRAParam
@@ -28,15 +31,19 @@ from spatial_jax.models.sharding import axes_of, constrain
 class ExpertLinear(LoRALinear):
     """E stacked linear maps [E, in, out] applied to rows grouped by expert, each with its own LoRA adapter
     (A [E, in, r], B [E, r, out]; B = 0 at the start) when rank > 0. A LoRALinear, so merging, disabling and
-    resetting adapters treat it like any other projection."""
+    resetting adapters treat it like any other projection. `matmul` and `tiling`: the grouped matmul that runs the
+    three products (kernels.grouped_matmul's impl and megablox tiles)."""
 
     def __init__(self, num_experts: int, in_features: int, out_features: int, *, axes: tuple[str, str, str],
                  rank: int = 0, alpha: float = 1.0, dropout: float = 0.0, dtype: str = "float32",
-                 param_dtype: str = "float32", rngs: nnx.Rngs):
+                 param_dtype: str = "float32", matmul: str = "ragged_dot",
+                 tiling: tuple[int, int, int] = TILING, rngs: nnx.Rngs):
         pdt = jnp.dtype(param_dtype)
         self.in_features = in_features
         self.out_features = out_features
         self.dtype = dtype
+        self.matmul = matmul
+        self.tiling = tiling
         self.kernel = nnx.Param(random_normal(rngs.params(), (num_experts, in_features, out_features),
                                               in_features**-0.5, pdt), out_sharding=axes, eager_sharding=False)
         self.bias = None
@@ -67,10 +74,13 @@ class ExpertLinear(LoRALinear):
         dropout's mask where the module's own stream cannot be advanced (inside shard_map)."""
         dt = jnp.dtype(self.dtype)
         x = x.astype(dt)
-        y = jax.lax.ragged_dot(x, kernel.astype(dt), group_sizes)
+
+        def matmul(rows, w):
+            return grouped_matmul(rows, w.astype(dt), group_sizes, impl=self.matmul, tiling=self.tiling)
+
+        y = matmul(x, kernel)
         if self.rank > 0 and self.adapters_enabled:
-            h = jax.lax.ragged_dot(self.lora_dropout(x, rngs=dropout_key), lora_a.astype(dt), group_sizes)
-            h = jax.lax.ragged_dot(h, lora_b.astype(dt), group_sizes)
+            h = matmul(matmul(self.lora_dropout(x, rngs=dropout_key), lora_a), lora_b)
             y = y + (self.scaling * h).astype(dt)
         return y
 
@@ -114,14 +124,15 @@ class SparseMoE(nnx.Module):
         self.num_experts = E
         self.intermediate = inter
         self.record_router_logits = False
+        self.matmul = cfg.moe_matmul
         common = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs)
         # the router takes no adapter: low-rank updates to it would change which experts run
         self.gate = LoRALinear(D, E, axes=("embed", None), **common)
         self.experts = nnx.Dict({
-            "gate_up_proj": ExpertLinear(E, D, 2 * inter, axes=("expert", "embed", "mlp"), **common,
-                                         **cfg.lora.layer_kwargs("experts_gate_up")),
-            "down_proj": ExpertLinear(E, inter, D, axes=("expert", "mlp", "embed"), **common,
-                                      **cfg.lora.layer_kwargs("experts_down")),
+            "gate_up_proj": ExpertLinear(E, D, 2 * inter, axes=("expert", "embed", "mlp"), matmul=cfg.moe_matmul,
+                                         **common, **cfg.lora.layer_kwargs("experts_gate_up")),
+            "down_proj": ExpertLinear(E, inter, D, axes=("expert", "mlp", "embed"), matmul=cfg.moe_matmul,
+                                      **common, **cfg.lora.layer_kwargs("experts_down")),
         })
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -132,6 +143,9 @@ class SparseMoE(nnx.Module):
             self.sow(nnx.Intermediate, "router_logits", logits)
         weights, experts = route(logits, self.top_k)
         axes = expert_parallel_axes(B, self.num_experts)
+        mesh = jax.sharding.get_abstract_mesh()
+        if axes is None and self.matmul == "megablox" and mesh is not None and not mesh.empty and mesh.size > 1:
+            axes = (token_axes(B), ())  # all experts on each chip's tokens, in shard_map as a Mosaic kernel must be
         if axes is None:
             y = self._combine(flat, weights, experts, lambda rows, sizes: self._swiglu(
                 rows, sizes, self.experts["gate_up_proj"].weights(), self.experts["down_proj"].weights()))
@@ -160,7 +174,8 @@ class SparseMoE(nnx.Module):
         """Expert parallelism: each device of `ep_axes` holds E / n whole experts and its own tokens (batch over
         `batch_axes`); a token's k (token, expert) rows go to their experts' devices in one all-to-all and come
         back in another. Nothing is dropped: a destination's buffer holds every row one device could send it
-        (N * min(k, E / n)), rows past a sender's count are padding that the grouped matmul leaves at 0."""
+        (N * min(k, E / n)), rows past a sender's count are padding that the grouped matmul leaves at 0.
+        With no `ep_axes` every device holds all experts and runs them on its own tokens (no all-to-all)."""
         mesh = jax.sharding.get_abstract_mesh()
         sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
         n = math.prod(sizes[a] for a in ep_axes)
@@ -175,11 +190,14 @@ class SparseMoE(nnx.Module):
         def local(x, weights, experts, gate_up, down, keys):
             B, T, D = x.shape
             flat = x.reshape(B * T, D).astype(dt)
-            shard = jax.lax.axis_index(batch_axes)
-            keys = tuple(None if key is None else jax.random.fold_in(key, shard) for key in keys)
+            if batch_axes:
+                shard = jax.lax.axis_index(batch_axes)
+                keys = tuple(None if key is None else jax.random.fold_in(key, shard) for key in keys)
             capacity = B * T * min(k, local_experts)
 
             def run(rows, group_sizes):
+                if not ep_axes:
+                    return self._swiglu(rows, group_sizes, gate_up, down, keys)
                 per_dest = jnp.sum(group_sizes.reshape(n, local_experts), axis=1)
                 dest = jnp.repeat(jnp.arange(n), per_dest, total_repeat_length=rows.shape[0])
                 pos = jnp.arange(rows.shape[0]) - (jnp.cumsum(per_dest) - per_dest)[dest]
@@ -197,9 +215,10 @@ class SparseMoE(nnx.Module):
 
             return self._combine(flat, weights.reshape(B * T, k), experts.reshape(B * T, k), run).reshape(B, T, D)
 
-        tokens = P(batch_axes)
-        run = jax.shard_map(local, mesh=mesh, in_specs=(tokens, tokens, tokens, P(ep), P(ep), P()),
-                            out_specs=tokens)
+        tokens, experts_spec = P(batch_axes or None), P(ep) if ep_axes else P()
+        # check_vma only off for megablox: pallas_call results carry no varying-axes type for the checker to follow
+        run = jax.shard_map(local, mesh=mesh, in_specs=(tokens, tokens, tokens, experts_spec, experts_spec, P()),
+                            out_specs=tokens, check_vma=self.matmul != "megablox")
         return run(x, weights, experts, gu.weights(), dn.weights(), keys)
 
 
@@ -215,12 +234,21 @@ def expert_parallel_axes(batch: int, num_experts: int) -> tuple[tuple[str, ...],
     n = math.prod(sizes[a] for a in ep)
     if not ep or num_experts % n:
         return None
+    batch_axes = token_axes(batch)
+    return (batch_axes, ep) if set(ep) <= set(batch_axes) else None
+
+
+def token_axes(batch: int) -> tuple[str, ...]:
+    """The active mesh's "batch" axes (models.sharding.RULES) of more than one device that together divide a batch
+    of `batch` rows, in order: the axes the layer's shard_map puts its tokens on."""
+    mesh = jax.sharding.get_abstract_mesh()
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     batch_axes, prod = [], 1
     for a in axes_of("batch"):
         if sizes.get(a, 1) > 1 and batch % (prod * sizes[a]) == 0:
             batch_axes.append(a)
             prod *= sizes[a]
-    return (tuple(batch_axes), ep) if set(ep) <= set(batch_axes) else None
+    return tuple(batch_axes)
 
 
 def dense_moe(layer: SparseMoE, x: jax.Array) -> jax.Array:
