@@ -72,6 +72,18 @@ def test_bad_input_is_a_clear_error():
         ModelConfig(moe_matmul="gmm")
 
 
+def test_the_policy_key_reaches_the_model():
+    from spatial_jax.config import ConfigError, load
+    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.rl.plan.shapes import model_config
+
+    cfg = load(TrainConfig, None, ["policy.moe_matmul=megablox", "plan.model=qwen3-vl-30b-a3b"])
+    assert model_config(cfg).moe_matmul == "megablox"
+    assert load(TrainConfig, None, []).policy.moe_matmul == "ragged_dot"
+    with pytest.raises(ConfigError, match="policy.moe_matmul: 'tokamax' is not one of"):
+        load(TrainConfig, None, ["policy.moe_matmul=tokamax"])
+
+
 def test_megablox_compiles_for_tpu():
     """One tiny layer with adapters, forward and backward, compiled by XLA:TPU for v5p:2x2x1 (experts over the 4
     chips): the compiled program runs its grouped matmuls as megablox's Mosaic kernels, not as XLA:TPU's own

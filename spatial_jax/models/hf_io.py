@@ -25,7 +25,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from spatial_jax.distributed import barrier, is_primary, to_host
-from spatial_jax.models.config import AttentionImpl, DType, LoRAConfig, ModelConfig, RematPolicy
+from spatial_jax.models.config import AttentionImpl, DType, LoRAConfig, ModelConfig, MoeMatmul, RematPolicy
 from spatial_jax.models.lora import LoRALinear, reset_adapters
 from spatial_jax.models.qwen3_vl import Qwen3VL
 from spatial_jax.models.registry import architecture
@@ -216,6 +216,7 @@ def from_pretrained(
     remat_policy: RematPolicy = "none",
     scan_layers: bool = False,
     attention_impl: AttentionImpl = "auto",
+    moe_matmul: MoeMatmul = "ragged_dot",
 ) -> Qwen3VL:
     """Builds `Qwen3VL` from a HF checkpoint directory; adapters (if any) are fresh (B = 0).
 
@@ -226,7 +227,7 @@ def from_pretrained(
     path = Path(path)
     cfg = load_config(path, lora=lora, dtype=dtype, param_dtype=param_dtype).replace(
         remat=remat, attention_chunk=attention_chunk, remat_policy=remat_policy, scan_layers=scan_layers,
-        attention_impl=attention_impl)
+        attention_impl=attention_impl, moe_matmul=moe_matmul)
     reader = _CheckpointReader(path)
     version = json.loads((path / "config.json").read_text()).get("transformers_version", "0")
     experts_swapped = int(str(version).split(".")[0] or 0) >= 5

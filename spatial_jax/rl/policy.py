@@ -74,13 +74,14 @@ def build_policy(cfg: PolicyConfig, mesh: jax.sharding.Mesh) -> Policy:
         tokenizer = SpatialTokenizer.load(path)
         model = from_pretrained(path, dtype=cfg.dtype, param_dtype=cfg.param_dtype, mesh=mesh, lora=cfg.lora,
                                 remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
-                                attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl)
+                                attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl,
+                                moe_matmul=cfg.moe_matmul)
     else:
         tokenizer = build_tokenizer(cfg.tokenizer_vocab_size)
         model_cfg = ModelConfig.tiny(
             tokenizer.vocab_size, **tokenizer.model_token_ids(), lora=cfg.lora, num_hidden_layers=cfg.tiny_layers,
             hidden_size=cfg.tiny_width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
         ).replace(remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
-                  attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl)
+                  attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl, moe_matmul=cfg.moe_matmul)
         model = shard_model(Qwen3VL(model_cfg, rngs=nnx.Rngs(cfg.init_seed)), mesh)
     return Policy(model, tokenizer, image_config(model.cfg, cfg), mesh, trainable_filter(cfg))

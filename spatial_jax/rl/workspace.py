@@ -43,7 +43,7 @@ STAGES = ("sft", "rl")
 # machine) or planned for one (plan).
 RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "export_hf", "eval", "data.eval", "data.read_threads",
                      "mesh", "decode.devices", "plan", "policy.remat", "policy.remat_policy", "policy.attention_chunk",
-                     "policy.attention_impl",
+                     "policy.attention_impl", "policy.moe_matmul",
                      "sft.checkpoint_every", "rl.checkpoint_every")
 
 

@@ -100,7 +100,8 @@ def model_config(cfg: TrainConfig) -> ModelConfig:
         raise ConfigError(f"policy.checkpoint {pc.checkpoint!r} has no config.json here: set plan.model to one of "
                           f"{sorted(ARCHITECTURES)} to plan without it")
     return mc.replace(lora=pc.lora, dtype=pc.dtype, param_dtype=pc.param_dtype, remat=pc.remat,
-                      remat_policy=pc.remat_policy, scan_layers=pc.scan_layers, attention_chunk=pc.attention_chunk)
+                      remat_policy=pc.remat_policy, scan_layers=pc.scan_layers, attention_chunk=pc.attention_chunk,
+                      moe_matmul=pc.moe_matmul)
 
 
 def _placed(tree, mesh, names_of=variable_names, float_dtype=None):
