@@ -18,7 +18,7 @@ from test_model_archs import IDS, MOE
 
 from spatial_jax.config import FieldError
 from spatial_jax.kernels.grouped_matmul import check_tiling, grouped_matmul, kernel_calls
-from spatial_jax.models import LoRAConfig, ModelConfig
+from spatial_jax.models import ModelConfig
 from spatial_jax.models.moe import SparseMoE
 from spatial_jax.models.sharding import make_mesh
 
@@ -85,7 +85,7 @@ def test_the_policy_key_reaches_the_model():
 
 
 def test_megablox_compiles_for_tpu():
-    """One tiny layer with adapters, forward and backward, compiled by XLA:TPU for v5p:2x2x1 (experts over the 4
+    """One tiny layer, forward and backward, compiled by XLA:TPU for v5p:2x2x1 (experts over the 4
     chips): the compiled program runs its grouped matmuls as megablox's Mosaic kernels, not as XLA:TPU's own
     (ragged_dot lowers to Mosaic kernels too, named ragged-dot-*)."""
     from jax.sharding import NamedSharding
@@ -103,7 +103,7 @@ def test_megablox_compiles_for_tpu():
 
     text = dict(MOE["text"], num_experts=8)
     hf = json.loads(Qwen3VLMoeConfig(text_config=text, vision_config=dict(MOE["vision"]), **IDS).to_json_string())
-    cfg = ModelConfig.from_hf(hf, lora=LoRAConfig(rank=2, targets=("experts_gate_up",))).replace(moe_matmul="megablox")
+    cfg = ModelConfig.from_hf(hf).replace(moe_matmul="megablox")
     graphdef, params, rest = nnx.split(nnx.eval_shape(lambda: SparseMoE(cfg, rngs=nnx.Rngs(0))), nnx.Param, ...)
     params, rest = jax.tree.map(placed, (params, rest), is_leaf=lambda v: isinstance(v, nnx.Variable))
     x = jax.ShapeDtypeStruct((4, 64, 32), jnp.float32, sharding=NamedSharding(mesh, P("fsdp")))
@@ -113,5 +113,5 @@ def test_megablox_compiles_for_tpu():
 
     with jax.set_mesh(mesh):
         hlo = jax.jit(step).lower(params, rest, x).compile().as_text()
-    # 4 grouped matmuls forward (both kernels, the adapter's A and B); the backward's gmm and tgmm for each
-    assert kernel_calls(hlo) == {"megablox": 12, "ragged_dot": 0}
+    # 2 grouped matmuls forward (gate/up, down); the backward's gmm and tgmm for each
+    assert kernel_calls(hlo) == {"megablox": 6, "ragged_dot": 0}
