@@ -1,25 +1,20 @@
 """The MoE experts' grouped matmul: megablox (jax's Pallas TPU kernel, here in the Pallas interpreter) against its
 reference, XLA's ragged_dot, in float32 to 1e-5, forward and gradients, with empty groups, group sizes that do not
-divide the tile, K and N in partial tiles and rows past the groups; clear errors; with libtpu, one tiny layer compiled
-by XLA:TPU for v5p runs its grouped matmuls as megablox's Mosaic kernels. The whole layer with megablox (adapters,
-router, expert parallelism) equals ragged_dot in test_model_archs.py::test_expert_parallel_layer_equals_one_device."""
+divide the tile, K and N in partial tiles and rows past the groups; clear errors; with libtpu, the kernel in shard_map
+compiled by XLA:TPU for v5p runs as megablox's Mosaic kernels. The whole layer with megablox (adapters, router,
+expert parallelism) equals ragged_dot in test_model_archs.py::test_expert_parallel_layer_equals_one_device."""
 
 from __future__ import annotations
-
-import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 from test_kernels_pallas_tpu import _tpu_topology
-from test_model_archs import IDS, MOE
 
 from spatial_jax.config import FieldError
 from spatial_jax.kernels.grouped_matmul import check_tiling, grouped_matmul, kernel_calls
 from spatial_jax.models import ModelConfig
-from spatial_jax.models.moe import SparseMoE
 from spatial_jax.models.sharding import make_mesh
 
 TOL = 1e-5
@@ -85,33 +80,23 @@ def test_the_policy_key_reaches_the_model():
 
 
 def test_megablox_compiles_for_tpu():
-    """One tiny layer, forward and backward, compiled by XLA:TPU for v5p:2x2x1 (experts over the 4
-    chips): the compiled program runs its grouped matmuls as megablox's Mosaic kernels, not as XLA:TPU's own
-    (ragged_dot lowers to Mosaic kernels too, named ragged-dot-*)."""
+    """The grouped matmul forward and backward in shard_map (experts over 4 chips), compiled by XLA:TPU for v5p:2x2x1
+    from this host: megablox's Mosaic kernels are in the program (gmm forward; gmm and tgmm backward), not XLA:TPU's
+    own (ragged_dot lowers to Mosaic kernels too, named ragged-dot-*). The layer at the Qwen3-VL-30B-A3B size:
+    benchmarks/training/moe_tpu_compile.py."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from spatial_jax.models.sharding import logical_to_spec, variable_names
-
     mesh = make_mesh(1, 4, 1, devices=_tpu_topology("v5p:2x2x1"))
+    local = jax.shard_map(lambda x, w, sizes: grouped_matmul(x, w, sizes, impl="megablox"), mesh=mesh,
+                          in_specs=(P("fsdp"), P("fsdp"), P()), out_specs=P("fsdp"), check_vma=False)
 
-    def placed(v):
-        spec = logical_to_spec(variable_names(v) or (None,) * v.ndim, v.shape, mesh)
-        return jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, spec))
+    def arg(shape, spec, dtype=jnp.bfloat16):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
 
-    from transformers import Qwen3VLMoeConfig
-
-    text = dict(MOE["text"], num_experts=8)
-    hf = json.loads(Qwen3VLMoeConfig(text_config=text, vision_config=dict(MOE["vision"]), **IDS).to_json_string())
-    cfg = ModelConfig.from_hf(hf).replace(moe_matmul="megablox")
-    graphdef, params, rest = nnx.split(nnx.eval_shape(lambda: SparseMoE(cfg, rngs=nnx.Rngs(0))), nnx.Param, ...)
-    params, rest = jax.tree.map(placed, (params, rest), is_leaf=lambda v: isinstance(v, nnx.Variable))
-    x = jax.ShapeDtypeStruct((4, 64, 32), jnp.float32, sharding=NamedSharding(mesh, P("fsdp")))
-
-    def step(params, rest, x):
-        return jax.grad(lambda p, x: jnp.sum(nnx.merge(graphdef, p, rest)(x) ** 2), argnums=(0, 1))(params, x)
-
-    with jax.set_mesh(mesh):
-        hlo = jax.jit(step).lower(params, rest, x).compile().as_text()
-    # 2 grouped matmuls forward (gate/up, down); the backward's gmm and tgmm for each
-    assert kernel_calls(hlo) == {"megablox": 6, "ragged_dot": 0}
+    args = (arg((512, 256), P("fsdp")), arg((8, 256, 384), P("fsdp")), arg((512, 384), P("fsdp")),
+            arg((2,), P(), jnp.int32))
+    with jax.set_mesh(mesh):  # interpret defaults to False: the mesh's devices are TPUs
+        step = jax.jit(jax.value_and_grad(lambda x, w, g, sizes: jnp.sum(local(x, w, sizes) * g), argnums=(0, 1)))
+        hlo = step.lower(*args).compile().as_text()
+    assert kernel_calls(hlo) == {"megablox": 3, "ragged_dot": 0}
