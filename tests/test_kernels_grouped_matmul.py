@@ -13,7 +13,7 @@ import pytest
 from test_kernels_pallas_tpu import _tpu_topology
 
 from spatial_jax.config import FieldError
-from spatial_jax.kernels.grouped_matmul import check_tiling, grouped_matmul, kernel_calls
+from spatial_jax.kernels.grouped_matmul import TILING, check_tiling, grouped_matmul, kernel_calls
 from spatial_jax.models import ModelConfig
 from spatial_jax.models.sharding import make_mesh
 
@@ -62,7 +62,7 @@ def test_bad_input_is_a_clear_error():
         check_tiling((12, 128, 128), interpret=False)
     with pytest.raises(ValueError, match="multiples of 128 for a TPU"):
         check_tiling(TILES, interpret=False)
-    assert check_tiling(TILES, interpret=True) == TILES
+    assert check_tiling(TILES, interpret=True) == TILES and check_tiling(TILING, interpret=False) == TILING
     with pytest.raises(FieldError, match="moe_matmul must be one of"):
         ModelConfig(moe_matmul="gmm")
 
