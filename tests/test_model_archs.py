@@ -49,7 +49,7 @@ MOE = dict(
 ARCHS = ("qwen2_5_vl", "qwen3_vl_moe")
 
 
-def hf_model(arch: str, seed: int = 0, tie: bool = False):
+def hf_model(arch: str, seed: int = 0, tie: bool = False, vocab_size: int = VOCAB, ids: dict | None = None):
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
@@ -59,8 +59,8 @@ def hf_model(arch: str, seed: int = 0, tie: bool = False):
 
     spec, (config_cls, model_cls) = (Q25, (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration)) \
         if arch == "qwen2_5_vl" else (MOE, (Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration))
-    cfg = config_cls(text_config=dict(spec["text"]), vision_config=dict(spec["vision"]), tie_word_embeddings=tie,
-                     **IDS)
+    cfg = config_cls(text_config={**spec["text"], "vocab_size": vocab_size}, vision_config=dict(spec["vision"]),
+                     tie_word_embeddings=tie, **(IDS if ids is None else ids))
     torch.manual_seed(seed)
     model = model_cls(cfg).float().eval()
     with torch.no_grad():
