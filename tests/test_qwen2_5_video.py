@@ -2,8 +2,8 @@
 patches sit tokens_per_second * second_per_grid apart, second_per_grid being the clip's seconds per temporal patch.
 The pipeline's patches, grid and second_per_grid_ts equal transformers' Qwen2_5_VLProcessor; the M-RoPE positions
 every path computes from a data-layer batch (prompt index, paged engine, static sampler, RL update, SFT) equal
-transformers' get_rope_index; our logits on that batch equal transformers' (float32, 1e-5); an SFT step on a tiny
-Qwen2.5-VL checkpoint with a video sample runs with the value reaching its position index.
+transformers' get_rope_index; our logits on that batch equal transformers' (float32, 1e-5); a GRPO update on a
+tiny Qwen2.5-VL checkpoint with rollouts of a video prompt runs with the value reaching its position index.
 
 The clips are chosen so that second_per_grid moves the positions: 8 frames at 1 fps are all kept (2 s a temporal
 patch: times 0, 4, 8, 12 at 2 tokens a second, where 1 s would give 0, 2, 4, 6), 6 frames at 0.5 fps give 4 s."""
@@ -212,11 +212,11 @@ def test_video_logits_equal_transformers(setup):
     assert max_err_real(got, want, batch.attention_mask) < TOL
 
 
-def test_sft_step_on_a_qwen2_5_vl_video(tmp_path, monkeypatch):
+def test_grpo_update_on_a_qwen2_5_vl_video(tmp_path, monkeypatch):
     """A tiny Qwen2.5-VL checkpoint: the policy's image config times videos by second_per_grid (the registry's
-    tokens_per_second), and an SFT step on a video sample runs, finite, moving the weights, with the video's
-    second_per_grid reaching the step's position index. (The rollouts' and the RL update's positions are the
-    test above's; an SFT step is the cheaper compile.)"""
+    tokens_per_second), and a GRPO update on two rollouts of a video prompt (repeated and regrouped as the rollout
+    glue does) runs, finite, moving the weights, with the video's second_per_grid reaching the update's position
+    index. (The rollouts' and SFT's positions are the test above's; the update is one compile.)"""
     import jax
     from flax import nnx
     from test_multi_image import tiny
@@ -226,6 +226,7 @@ def test_sft_step_on_a_qwen2_5_vl_video(tmp_path, monkeypatch):
     from spatial_jax.rl import step as st
     from spatial_jax.rl.optim import make_optimizer
     from spatial_jax.rl.train import Trainer
+    from spatial_jax.rollout.completions import Completions, repeat_batch, take_rows
 
     tok = build_tokenizer()
     cfg = ModelConfig.from_hf(dict(model_type="qwen2_5_vl", text_config={**Q25["text"], "vocab_size": tok.vocab_size},
@@ -233,13 +234,21 @@ def test_sft_step_on_a_qwen2_5_vl_video(tmp_path, monkeypatch):
     save_pretrained(Qwen3VL(cfg, rngs=nnx.Rngs(0)), tmp_path / "base")
     tok.save(tmp_path / "base")
     job = Trainer(tiny(tmp_path / "run", f"policy.checkpoint={tmp_path / 'base'}", "method=spatialthinker",
-                       "sft.steps=1", "sft.optim.warmup_ratio=0.0"))
+                       "rl.prompts_per_step=1", "rl.group_size=2", "rl.optim.warmup_ratio=0.0"))
     assert job.policy.image_cfg.video_timing == "second_per_grid"
     video_cfg = dataclasses.replace(P.video_config(job.policy.image_cfg, None), min_pixels=64, max_pixels=24 * 24)
     batch = P.make_dataset([video_sample("v8", 8, 1.0)], job.tok, P.DataConfig(bucket_lengths=(256, 512)),
-                           job.method.prompt, 1, mode="sft", shuffle=False, image_cfg=job.policy.image_cfg,
+                           job.method.prompt, 1, shuffle=False, image_cfg=job.policy.image_cfg,
                            video_cfg=video_cfg)[0]
     assert batch.image_grid_thw.tolist() == [[4, 4, 8]] and batch.second_per_grid.tolist() == [2.0]
+    ids, mask, pixels, grid, counts, seconds = repeat_batch(batch, 2)
+    tokens = np.full((2, 4), tok.pad_id, np.int32)
+    tokens[0, :3], tokens[1, :2] = [11, 12, tok.im_end_id], [13, tok.im_end_id]
+    zeros = np.zeros(tokens.shape, np.float32)
+    comps = Completions(ids, mask, pixels, grid, tokens, zeros - 1.0, zeros, (tokens != tok.pad_id).astype(np.int32),
+                        (), (), counts, second_per_grid=seconds)
+    comps = take_rows([(comps, [1, 0])], tok.pad_id)
+    assert comps.second_per_grid.tolist() == [2.0, 2.0]
     seen = []
 
     def spy(cfg, ids, grid=None, mask=None, second_per_grid=None, _index=st.rope_index):
@@ -248,10 +257,10 @@ def test_sft_step_on_a_qwen2_5_vl_video(tmp_path, monkeypatch):
 
     monkeypatch.setattr(st, "rope_index", spy)
     start = jax.tree.map(np.asarray, job.trainable)
-    tx = make_optimizer(job.optim_config("sft"))
-    metrics, _ = job.sft_step(0, batch, tx, tx.init(job.trainable))
-    assert np.isfinite(float(metrics["loss"]))
+    tx = make_optimizer(job.optim_config("rl"))
+    _, out = job.update(0, comps, np.asarray([1.0, -1.0], np.float32), tx, 1, tx.init(job.trainable), 1.0)
+    assert np.isfinite(out["loss"])
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), start,
                                          jax.tree.map(np.asarray, job.trainable)))
     assert max(moved) > 0
-    assert seen == [[2.0]]
+    assert seen == [[2.0, 2.0]]
