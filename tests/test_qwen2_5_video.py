@@ -102,6 +102,22 @@ def test_video_processing_equals_qwen2_5_vl_processor(n, fps, cap):
     assert ex.second_per_grid.tolist() == [SECONDS[n, fps]]
 
 
+def test_listed_frames_take_the_clip_up_to_the_last():
+    """A row's own frames (frame_indices) are kept as listed, padded to whole temporal patches, and timed as
+    transformers times the same frames sampled from a clip ending at the last of them: what uniform sampling over a
+    whole clip (an evaluation protocol's 7 frames, benchmarks.convert.sampled_video) lists."""
+    from transformers.video_utils import VideoMetadata
+
+    for total, fps in ((100, 24.0), (37, 2.0)):
+        idx = np.linspace(0, total - 1, 7, dtype=int)
+        meta = VideoMetadata(total_num_frames=total, fps=fps, frames_indices=idx.tolist())
+        frames = tuple(clip(7, seed=total))
+        sample = choice_sample("v", video=Video(frames=frames, fps=fps, frame_indices=tuple(idx.tolist())))
+        ex = P.encode_sample(sample, build_tokenizer(), THINK_BOXES, "rl", IMG25, video_cfg=VID25)
+        assert ex.image_grid_thw.tolist() == [[4, 4, 8]]  # 7 frames, the last repeated: 4 temporal patches
+        assert ex.second_per_grid.tolist() == [np.float32(2 / meta.sampled_fps)]
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """(tokenizer, transformers' tiny Qwen2.5-VL with the tokenizer's ids, ours loaded from it, a data-layer batch

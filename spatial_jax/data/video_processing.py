@@ -126,11 +126,10 @@ def pick_frames(total_frames: int, video_fps: float, cfg: VideoProcessingConfig)
 
 def listed_second_per_grid(frame_indices, video_fps: float, temporal_patch_size: int = 2) -> float:
     """second_per_grid of frames a row lists with their source indices (already sampled, so the clip's length is
-    not known): temporal_patch_size times their mean gap in seconds (one frame's time for a single frame). On
-    frames sampled at a constant stride from frame 0 this is `second_per_grid` of the clip they came from."""
-    idx = np.asarray(frame_indices, np.float64)
-    gap = (idx[-1] - idx[0]) / (len(idx) - 1) if len(idx) > 1 else 1.0
-    return temporal_patch_size * gap / video_fps
+    not known): `second_per_grid` of a clip taken to end at the last listed frame. Frames sampled uniformly over a
+    whole clip (lmms-eval's and qwen-vl-utils' `nframes`, benchmarks.convert.sampled_video) list its last frame, so
+    this is what those give."""
+    return second_per_grid(len(frame_indices), int(frame_indices[-1]) + 1, video_fps, temporal_patch_size)
 
 
 def smart_resize(num_frames: int, height: int, width: int, cfg: VideoProcessingConfig) -> tuple[int, int]:
