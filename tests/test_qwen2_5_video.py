@@ -249,11 +249,11 @@ def test_grpo_update_on_a_qwen2_5_vl_video(tmp_path, monkeypatch):
                                    vision_config=Q25["vision"], **tok.model_token_ids()))
     save_pretrained(Qwen3VL(cfg, rngs=nnx.Rngs(0)), tmp_path / "base")
     tok.save(tmp_path / "base")
-    job = Trainer(tiny(tmp_path / "run", f"policy.checkpoint={tmp_path / 'base'}", "method=spatialthinker",
+    job = Trainer(tiny(tmp_path / "run", f"policy.checkpoint={tmp_path / 'base'}", "method=spatialcore",
                        "rl.prompts_per_step=1", "rl.group_size=2", "rl.optim.warmup_ratio=0.0"))
     assert job.policy.image_cfg.video_timing == "second_per_grid"
     video_cfg = dataclasses.replace(P.video_config(job.policy.image_cfg, None), min_pixels=64, max_pixels=24 * 24)
-    batch = P.make_dataset([video_sample("v8", 8, 1.0)], job.tok, P.DataConfig(bucket_lengths=(256, 512)),
+    batch = P.make_dataset([video_sample("v8", 8, 1.0)], job.tok, P.DataConfig(bucket_lengths=(256,)),
                            job.method.prompt, 1, shuffle=False, image_cfg=job.policy.image_cfg,
                            video_cfg=video_cfg)[0]
     assert batch.image_grid_thw.tolist() == [[4, 4, 8]] and batch.second_per_grid.tolist() == [2.0]
