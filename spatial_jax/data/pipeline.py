@@ -159,8 +159,8 @@ class Visuals:
     total_frames: int | None = None
 
     def second_per_grid(self, temporal_patch_size: int) -> float:
-        """Seconds per temporal patch of the video (transformers' rule on a clip sampled here, else the listed
-        frames' mean gap)."""
+        """Seconds per temporal patch of the video: transformers' rule on a clip sampled here, on the clip up to the
+        last listed frame otherwise (video_processing.listed_second_per_grid)."""
         if self.total_frames is not None:
             return second_per_grid(len(self.frame_indices), self.total_frames, self.fps, temporal_patch_size)
         return listed_second_per_grid(self.frame_indices, self.fps, temporal_patch_size)

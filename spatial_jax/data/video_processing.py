@@ -41,8 +41,8 @@ class VideoProcessingConfig:
     off in the released config): each frame gets min(max_video_tokens * factor^2, max_pixels / frames) pixels, at
     least 1.05 * min_pixels.
     timing: "timestamps" (Qwen3-VL, the defaults above) or "second_per_grid" (Qwen2.5-VL; see the module docstring:
-    min / max pixels are then per frame, and the cap is transformers' Qwen2VLVideoProcessor one: 90% of
-    max_video_tokens * factor^2 pixels shared by the frames, two to a temporal patch)."""
+    min / max pixels are then per frame, and the cap is transformers' Qwen2VLVideoProcessor one: each frame gets at
+    most 90% of max_video_tokens * factor^2 pixels times temporal_patch_size / frames, at least 1.05 * min_pixels)."""
 
     patch_size: int = 16
     temporal_patch_size: int = 2
