@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from test_model_archs import Q25, hf_model
+from test_model_archs import hf_model
 from test_model_utils import forward, max_err_real
 from test_video import _qwen2_video_processor_class, _torch_resize, choice_sample, clip
 
@@ -121,20 +121,21 @@ def test_listed_frames_take_the_clip_up_to_the_last():
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """(tokenizer, transformers' tiny Qwen2.5-VL with the tokenizer's ids, ours loaded from it, a data-layer batch
-    of an image row and two video rows, the same prompts with their SFT completions)."""
+    of an image row and two video rows, the same prompts with their SFT completions, the checkpoint's folder)."""
     from spatial_jax.models.hf_io import from_pretrained
 
     tok = build_tokenizer()
     hf = hf_model("qwen2_5_vl", vocab_size=tok.vocab_size, ids=tok.model_token_ids())
     path = tmp_path_factory.mktemp("qwen2_5_vl")
     hf.save_pretrained(path)
+    tok.save(path)
     rng = np.random.default_rng(3)
     source = [choice_sample("i", image=rng.integers(0, 256, (30, 20, 3), dtype=np.uint8)),
               video_sample("v8", 8, 1.0), video_sample("v6", 6, 0.5, seed=1)]
     data = P.DataConfig(bucket_lengths=(256, 512))
     batches = [P.make_dataset(source, tok, data, THINK_BOXES, 3, mode=mode, shuffle=False, image_cfg=IMG25,
                               video_cfg=VID25)[0] for mode in ("rl", "sft")]
-    return tok, hf, from_pretrained(path), *batches
+    return tok, hf, from_pretrained(path), *batches, path
 
 
 def hf_inputs(ours, batch):
@@ -174,7 +175,7 @@ def test_video_positions_of_every_path_equal_transformers(setup, monkeypatch):
     from spatial_jax.rollout import SamplingConfig, sampler
     from spatial_jax.rollout.engine import Engine, split_rows
 
-    tok, hf, ours, batch, sft = setup
+    tok, hf, ours, batch, sft, _ = setup
     np.testing.assert_array_equal(batch.image_counts, [1, 1, 1])
     assert batch.second_per_grid.tolist() == [0.0, 2.0, 4.0]
     mask = batch.attention_mask > 0
@@ -216,7 +217,7 @@ def test_video_positions_of_every_path_equal_transformers(setup, monkeypatch):
 def test_video_logits_equal_transformers(setup):
     """Our Flax Qwen2.5-VL on the data-layer batch (an image row and two video rows, left-padded) gives
     transformers' logits over the real tokens (float32, < 1e-5)."""
-    _, hf, ours, batch, _ = setup
+    _, hf, ours, batch, _, _ = setup
     inputs = hf_inputs(ours, batch)
     pos = hf_positions(hf, inputs)
     with torch.no_grad():
@@ -228,28 +229,21 @@ def test_video_logits_equal_transformers(setup):
     assert max_err_real(got, want, batch.attention_mask) < TOL
 
 
-def test_grpo_update_on_a_qwen2_5_vl_video(tmp_path, monkeypatch):
-    """A tiny Qwen2.5-VL checkpoint: the policy's image config times videos by second_per_grid (the registry's
+def test_grpo_update_on_a_qwen2_5_vl_video(setup, tmp_path, monkeypatch):
+    """The tiny Qwen2.5-VL checkpoint: the policy's image config times videos by second_per_grid (the registry's
     tokens_per_second), and a GRPO update on two rollouts of a video prompt (repeated and regrouped as the rollout
     glue does) runs, finite, moving the weights, with the video's second_per_grid reaching the update's position
     index. (The rollouts' and SFT's positions are the test above's; the update is one compile.)"""
     import jax
-    from flax import nnx
     from test_multi_image import tiny
 
-    from spatial_jax.models import ModelConfig, Qwen3VL
-    from spatial_jax.models.hf_io import save_pretrained
     from spatial_jax.rl import step as st
     from spatial_jax.rl.optim import make_optimizer
     from spatial_jax.rl.train import Trainer
     from spatial_jax.rollout.completions import Completions, repeat_batch, take_rows
 
-    tok = build_tokenizer()
-    cfg = ModelConfig.from_hf(dict(model_type="qwen2_5_vl", text_config={**Q25["text"], "vocab_size": tok.vocab_size},
-                                   vision_config=Q25["vision"], **tok.model_token_ids()))
-    save_pretrained(Qwen3VL(cfg, rngs=nnx.Rngs(0)), tmp_path / "base")
-    tok.save(tmp_path / "base")
-    job = Trainer(tiny(tmp_path / "run", f"policy.checkpoint={tmp_path / 'base'}", "method=spatialcore",
+    tok, path = setup[0], setup[-1]
+    job = Trainer(tiny(tmp_path, f"policy.checkpoint={path}", "method=spatialcore",
                        "rl.prompts_per_step=1", "rl.group_size=2", "rl.optim.warmup_ratio=0.0"))
     assert job.policy.image_cfg.video_timing == "second_per_grid"
     video_cfg = dataclasses.replace(P.video_config(job.policy.image_cfg, None), min_pixels=64, max_pixels=24 * 24)
