@@ -274,3 +274,19 @@ def test_grpo_update_on_a_qwen2_5_vl_video(setup, tmp_path, monkeypatch):
                                          jax.tree.map(np.asarray, job.trainable)))
     assert max(moved) > 0
     assert seen == [[2.0, 2.0]]
+
+
+def test_export_carries_qwen2_5_vl_processors(setup, tmp_path, monkeypatch):
+    """The export of a Qwen2.5-VL policy names Qwen2.5-VL's processors (the registry's processor_files): AutoProcessor
+    loads a Qwen2_5_VLProcessor whose image processor (28-pixel multiples at patch 14; here the checkpoint's 8) and
+    video processor (2-frame temporal patches sampled at fps, no timestamps) give an image and a video prompt the
+    data layer's ids, pixel values, grids and second_per_grid, with the run's min / max pixels."""
+    from test_export import check_export_processors
+    from test_multi_image import tiny
+
+    from spatial_jax.rl.workspace import Workspace
+
+    ws = Workspace(tiny(tmp_path / "run", f"policy.checkpoint={setup[-1]}", "policy.min_pixels=1024",
+                        "policy.max_pixels=5000"), record_config=False)
+    check_export_processors(ws, tmp_path / "hf", monkeypatch,
+                            ["Qwen2_5_VLProcessor", "Qwen2VLImageProcessorPil", "Qwen2VLVideoProcessor"])
