@@ -96,6 +96,92 @@ def export_error(logits, path, ids, mask, pixels, grids) -> float:
     return float(np.abs(np.asarray(logits) - theirs)[np.asarray(mask) > 0].max())
 
 
+class _TorchVideoOps:
+    """A video processor's three torchvision calls done by the torch calls they make on uint8 / float32 frames
+    (torchvision is not installed here; test_video.hf_video_processor): resize = torch's interpolate, normalize =
+    sub / div by the fused mean and std, convert_to_rgb = identity on RGB frames."""
+
+    def convert_to_rgb(self, video):
+        return video
+
+    def normalize(self, image, mean, std, inplace=False, **kwargs):
+        return image.sub(torch.as_tensor(mean, dtype=image.dtype).view(-1, 1, 1)).div(
+            torch.as_tensor(std, dtype=image.dtype).view(-1, 1, 1))
+
+    def resize(self, *args, **kwargs):
+        import transformers.image_processing_backends as backends
+        from test_video import _torch_resize
+
+        saved = backends.TorchvisionBackend.resize
+        backends.TorchvisionBackend.resize = _torch_resize
+        try:
+            return super().resize(*args, **kwargs)
+        finally:
+            backends.TorchvisionBackend.resize = saved
+
+
+def auto_processor(folder, monkeypatch):
+    """transformers' AutoProcessor on `folder` as it loads with torchvision installed: the classes its files name
+    (processor, image processor by the PIL backend, video processor by name), the video processor with
+    _TorchVideoOps."""
+    import transformers.models.auto.video_processing_auto as auto
+    from test_video import _qwen2_video_processor_class
+    from transformers import AutoProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    classes = {"Qwen2VLVideoProcessor": _qwen2_video_processor_class(), "Qwen3VLVideoProcessor": Qwen3VLVideoProcessor}
+
+    def by_name(name):  # transformers' lookup gives None for every video processor without torchvision
+        return type(name, (_TorchVideoOps, classes[name]), {}) if name in classes else None
+
+    check = ProcessorMixin.check_argument_for_proper_class  # looks the video class up in torchvision's registry
+    monkeypatch.setattr(auto, "video_processor_class_from_name", by_name)
+    monkeypatch.setattr(ProcessorMixin, "check_argument_for_proper_class",
+                        lambda self, name, arg: None if name == "video_processor" else check(self, name, arg))
+    return AutoProcessor.from_pretrained(folder)
+
+
+def check_export_processors(ws, out, monkeypatch, names):
+    """`ws.export` to `out` loads in AutoProcessor as `names` (processor, image processor, video processor), with
+    the run's min / max pixels, and the processor gives an image prompt and a video prompt the ids, pixel values and
+    grids (and second_per_grid_ts where it gives them) of the data layer under the policy's image config and the
+    video config it implies."""
+    from test_video import choice_sample, clip
+
+    from spatial_jax.data import pipeline as P
+    from spatial_jax.data.prompts import THINK_BOXES, build_messages
+    from spatial_jax.data.sample import Video
+    from spatial_jax.data.video_processing import frame_grids
+
+    ws.export(out)
+    processor = auto_processor(out, monkeypatch)
+    assert [type(x).__name__ for x in (processor, processor.image_processor, processor.video_processor)] == names
+    image_cfg = ws.policy.image_cfg
+    video_cfg = P.video_config(image_cfg, None)
+    for proc, cfg in ((processor.image_processor, image_cfg), (processor.video_processor, video_cfg)):
+        assert (proc.size.shortest_edge, proc.size.longest_edge) == (cfg.min_pixels, cfg.max_pixels)
+    image = np.random.default_rng(0).integers(0, 256, (90, 130, 3), np.uint8)
+    frames, fps = clip(9, seed=1), 4.0
+    video = dict(videos=[frames], videos_kwargs=dict(video_metadata=[{"fps": fps, "total_num_frames": len(frames)}],
+                                                     return_metadata=True))
+    for sample, visual, kind in ((choice_sample("i", image=image), dict(images=[image]), "image"),
+                                 (choice_sample("v", video=Video(frames=tuple(frames), fps=fps)), video, "video")):
+        ours = P.encode_sample(sample, ws.tok, THINK_BOXES, "rl", image_cfg, video_cfg=video_cfg)
+        text = ws.tok.hf.apply_chat_template(build_messages(sample, THINK_BOXES), tokenize=False,
+                                             add_generation_prompt=True, enable_thinking=True)
+        theirs = processor(text=[text], return_tensors="np", **visual)
+        np.testing.assert_array_equal(ours.input_ids, theirs["input_ids"][0])
+        grids = theirs[f"{kind}_grid_thw"]
+        if kind == "video" and video_cfg.timing == "timestamps":  # the data layer's frame items
+            grids = np.concatenate([frame_grids(g) for g in grids])
+        np.testing.assert_array_equal(ours.image_grid_thw, grids)
+        pixels = theirs["pixel_values" if kind == "image" else "pixel_values_videos"]
+        np.testing.assert_allclose(ours.pixel_values, pixels, atol=1e-5)
+        if "second_per_grid_ts" in theirs:
+            np.testing.assert_array_equal(ours.second_per_grid, np.asarray(theirs["second_per_grid_ts"], np.float32))
+
+
 @pytest.mark.slow
 def test_two_processes_export_an_adapted_sharded_policy(tmp_path):
     port, out = _free_port(), tmp_path / "hf"
@@ -199,3 +285,28 @@ def test_the_export_is_written_in_the_dtype_asked(tmp_path):
     assert json.loads((tmp_path / "half" / "config.json").read_text())["dtype"] == "bfloat16"
     save_pretrained(model, tmp_path / "full")
     assert header_dtypes(tmp_path / "full") == {"F32"}
+
+
+@pytest.mark.parametrize("arch", ["qwen3_vl", "qwen3_vl_moe"])
+def test_the_export_carries_qwen3_vl_processors(arch, tmp_path, monkeypatch):
+    """Qwen3-VL's export (the tiny random policy) and Qwen3-VL-MoE's (a tiny transformers checkpoint) name Qwen3-VL's
+    processors, as transformers maps both model types: AutoProcessor loads a Qwen3VLProcessor whose image and video
+    processors (timestamped temporal patches) give an image and a video prompt the data layer's ids, pixel values and
+    grids, with the run's min / max pixels."""
+    from test_model_archs import hf_model
+    from test_multi_image import tiny
+
+    from spatial_jax.data.tokenizer import build_tokenizer
+    from spatial_jax.rl.workspace import Workspace
+
+    extra = []
+    if arch != "qwen3_vl":
+        tok = build_tokenizer()
+        hf_model(arch, vocab_size=tok.vocab_size, ids=tok.model_token_ids()).save_pretrained(tmp_path / "ckpt")
+        tok.save(tmp_path / "ckpt")
+        extra = [f"policy.checkpoint={tmp_path / 'ckpt'}"]
+    ws = Workspace(tiny(tmp_path / "run", *extra, "policy.min_pixels=1024", "policy.max_pixels=5000"),
+                   record_config=False)
+    assert ws.model.cfg.model_type == arch
+    check_export_processors(ws, tmp_path / "hf", monkeypatch,
+                            ["Qwen3VLProcessor", "Qwen2VLImageProcessorPil", "Qwen3VLVideoProcessor"])

@@ -1,8 +1,8 @@
 """Qwen2.5-VL and Qwen3-VL-MoE against transformers (float32, tiny random models with every parameter perturbed):
-logits over real tokens to 1e-5 for text only, one image, several images, a video, left padding, windows that do
-not divide the grid, experts / top-k that do not divide the tokens; M-RoPE positions equal; gradients of a loss
-through the MoE layer to 1e-5; checkpoints in and out through transformers; the registry is the one place that
-names architectures."""
+logits over real tokens to 1e-5 for text only, one image, several images (a Qwen2.5-VL video: test_qwen2_5_video.py),
+left padding, windows that do not divide the grid, experts / top-k that do not divide the tokens; M-RoPE positions
+equal; gradients of a loss through the MoE layer to 1e-5; checkpoints in and out through transformers; the registry
+is the one place that names architectures."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ MOE = dict(
 ARCHS = ("qwen2_5_vl", "qwen3_vl_moe")
 
 
-def hf_model(arch: str, seed: int = 0, tie: bool = False):
+def hf_model(arch: str, seed: int = 0, tie: bool = False, vocab_size: int = VOCAB, ids: dict | None = None):
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
@@ -59,8 +59,8 @@ def hf_model(arch: str, seed: int = 0, tie: bool = False):
 
     spec, (config_cls, model_cls) = (Q25, (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration)) \
         if arch == "qwen2_5_vl" else (MOE, (Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration))
-    cfg = config_cls(text_config=dict(spec["text"]), vision_config=dict(spec["vision"]), tie_word_embeddings=tie,
-                     **IDS)
+    cfg = config_cls(text_config={**spec["text"], "vocab_size": vocab_size}, vision_config=dict(spec["vision"]),
+                     tie_word_embeddings=tie, **(IDS if ids is None else ids))
     torch.manual_seed(seed)
     model = model_cls(cfg).float().eval()
     with torch.no_grad():
@@ -94,14 +94,6 @@ def image_batch(seed=0):
     return ids, mask, pixels, grids
 
 
-def video_batch(seed=0):
-    """One row with a video of 3 temporal patches of 4 x 6 (0.7 s each: times 0, 1, 2 at 2 tokens/s), text after."""
-    grids = np.array([[3, 4, 6]])
-    ids, mask = left_pad([[5, VSTART] + [VID] * 18 + [VEND, 7, 8, 9]], seed)
-    pixels = np.random.default_rng(seed).standard_normal((72, 96)).astype(np.float32)
-    return ids, mask, pixels, grids, np.array([0.7], np.float32)
-
-
 def text_batch(seed=1):
     ids = np.random.default_rng(seed).integers(0, 100, size=(3, 9))
     mask = np.ones((3, 9), np.int64)
@@ -110,18 +102,14 @@ def text_batch(seed=1):
     return ids, mask
 
 
-def hf_run(model, ids, mask, pixels=None, grids=None, video=False, spg=None):
+def hf_run(model, ids, mask, pixels=None, grids=None):
     """transformers' logits with its own position ids (get_rope_index), and those positions."""
-    types = np.where(ids == IMG, 1, np.where(ids == VID, 2, 0)) * mask
+    types = np.where(ids == IMG, 1, 0) * mask
     t = {k: torch.from_numpy(v) for k, v in dict(input_ids=ids, attention_mask=mask, mm_token_type_ids=types).items()}
     kw = {}
     if pixels is not None:
-        key = "video" if video else "image"
-        kw = {("pixel_values_videos" if video else "pixel_values"): torch.from_numpy(pixels),
-              f"{key}_grid_thw": torch.from_numpy(grids)}
-        if spg is not None:
-            kw["second_per_grid_ts"] = torch.from_numpy(spg)
-    rope_kw = {k: v for k, v in kw.items() if k.endswith("grid_thw") or k == "second_per_grid_ts"}
+        kw = {"pixel_values": torch.from_numpy(pixels), "image_grid_thw": torch.from_numpy(grids)}
+    rope_kw = {k: v for k, v in kw.items() if k.endswith("grid_thw")}
     with torch.no_grad():
         pos, _ = model.model.get_rope_index(t["input_ids"], t["mm_token_type_ids"], attention_mask=t["attention_mask"],
                                             **rope_kw)
@@ -168,19 +156,6 @@ def test_image_logits_and_positions(pair):
     np.testing.assert_array_equal(pos[:, mask > 0], ref_pos[:, mask > 0])
     got = forward(ours, ids, mask, pixels, grids, positions=pos)
     assert np.isfinite(got).all() and max_err_real(got, ref, mask) < TOL
-
-
-def test_qwen2_5_video_logits_and_positions(models):
-    """A Qwen2.5-VL video is one run of tokens for its whole [t, h, w] grid (Qwen3-VL's are one run per frame,
-    between timestamps)."""
-    hf, ours = models["qwen2_5_vl"]
-    ids, mask, pixels, grids, spg = video_batch()
-    ref, ref_pos = hf_run(hf, ids, mask, pixels, grids, video=True, spg=spg)
-    pos, _ = ours.get_rope_index(ids, grids, mask, second_per_grid=spg)
-    np.testing.assert_array_equal(pos[:, mask > 0], ref_pos[:, mask > 0])
-    assert ref_pos[0, 0, mask[0] > 0][2:20:6].tolist() == [2, 3, 4]  # times 0, 1.4, 2.8 -> 0, 1, 2 after 2 tokens
-    got = forward(ours, ids, mask, pixels, grids, positions=pos)
-    assert max_err_real(got, ref, mask) < TOL
 
 
 def test_scanned_layers_equal_unrolled(pair, tmp_path):

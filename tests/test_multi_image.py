@@ -71,7 +71,7 @@ def test_mixed_batch_keeps_each_rows_items():
     batch = _mixed_batch(tok, IMG_CFG)
     np.testing.assert_array_equal(batch.image_counts, [3, 2, 1])
     assert batch.pixel_values.shape[0] == int(np.prod(batch.image_grid_thw, axis=-1).sum())
-    ids, _, pixels, grids, counts = repeat_batch(batch, 2)
+    ids, _, pixels, grids, counts, _ = repeat_batch(batch, 2)
     np.testing.assert_array_equal(counts, [3, 3, 2, 2, 1, 1])
     items = np.concatenate([[0], np.cumsum(batch.image_counts)])
     patches = np.concatenate([[0], np.cumsum(np.prod(batch.image_grid_thw, axis=-1))])

@@ -259,7 +259,8 @@ def test_processes_assemble_the_whole_batch_of_rollouts_from_their_own(monkeypat
             prompt_ids=ids, prompt_mask=np.ones_like(ids), pixel_values=pixels, image_grid_thw=grids, tokens=comp,
             logprobs=-comp * 1.0, entropies=comp * 1.0, mask=np.ones_like(comp), texts=("a", "b"), offsets=((), ()),
             image_counts=np.asarray(counts, np.int32), context_mask=np.ones_like(comp),
-            num_tool_calls=np.array([p, 0], np.int32), num_tool_pictures=np.zeros(2, np.int32))
+            num_tool_calls=np.array([p, 0], np.int32), num_tool_pictures=np.zeros(2, np.int32),
+            second_per_grid=np.arange(len(grids), dtype=np.float32) + p)
 
     blocks = [block(0, 3, 8, [1, 2]), block(1, 5, 4, [1, 1])]
     out = _as_two_processes(monkeypatch, lambda hosts: hosts.assemble(blocks[hosts.index]))
@@ -276,6 +277,7 @@ def test_processes_assemble_the_whole_batch_of_rollouts_from_their_own(monkeypat
         np.testing.assert_array_equal(whole.num_tool_calls, [0, 0, 1, 0])
         np.testing.assert_array_equal(whole.pixel_values, np.concatenate([b.pixel_values for b in blocks]))
         np.testing.assert_array_equal(whole.image_grid_thw, np.concatenate([b.image_grid_thw for b in blocks]))
+        np.testing.assert_array_equal(whole.second_per_grid, [0, 1, 2, 1, 2])
     everyone = _as_two_processes(monkeypatch, lambda hosts: hosts.everyone({"rows": [hosts.index] * (hosts.index + 1)}))
     assert everyone == [[{"rows": [0]}, {"rows": [1, 1]}]] * 2
     assert [HostShare(p, 2).row_ids(3, 2).tolist() for p in range(2)] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]

@@ -78,6 +78,7 @@ def sjax_worker(args: argparse.Namespace, rd, wr: int) -> None:
     from spatial_jax.data.pipeline import load_visuals, video_config
     from spatial_jax.data.processor_files import write_processor_configs
     from spatial_jax.data.prompts import build_messages
+    from spatial_jax.models.registry import architecture
     from spatial_jax.rl.train import Trainer
 
     out = Path(args.out)
@@ -109,7 +110,8 @@ def sjax_worker(args: argparse.Namespace, rd, wr: int) -> None:
         base = out / "trl_base"  # the job's checkpoint with the image processor's settings beside it, for TRL
         shutil.rmtree(base, ignore_errors=True)
         shutil.copytree(cfg.policy.checkpoint, base)
-        write_processor_configs(base, tr.policy.image_cfg, video_config(tr.policy.image_cfg, None))
+        write_processor_configs(base, tr.policy.image_cfg, video_config(tr.policy.image_cfg, None),
+                                architecture(tr.model.cfg.model_type).processor_files)
         tx = tr.optimizer("rl")
         opt_state = tx.init(tr.trainable)
         n_micro = tr.optim_config("rl").grad_accum_steps

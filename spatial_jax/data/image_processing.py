@@ -19,11 +19,16 @@ from PIL import Image
 ImageLike = Image.Image | np.ndarray
 
 MAX_ASPECT_RATIO = 200
+VIDEO_TIMINGS = ("timestamps", "second_per_grid")  # see video_processing.VideoProcessingConfig.timing
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageProcessingConfig:
-    """Defaults are Qwen3-VL's preprocessor_config.json (size.shortest_edge / longest_edge = min / max pixels)."""
+    """Defaults are Qwen3-VL's preprocessor_config.json (size.shortest_edge / longest_edge = min / max pixels).
+
+    video_timing: how the model places a video in time, which picks the video processor the pipeline derives from
+    this one (data.pipeline.video_config): "timestamps" (Qwen3-VL) or "second_per_grid" (Qwen2.5-VL, whose vision
+    config has tokens_per_second; rl.policy.image_config sets it from the model)."""
 
     patch_size: int = 16
     temporal_patch_size: int = 2
@@ -32,8 +37,12 @@ class ImageProcessingConfig:
     max_pixels: int = 16777216
     image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    video_timing: str = "timestamps"
 
     def __post_init__(self):
+        if self.video_timing not in VIDEO_TIMINGS:
+            raise ValueError(f"ImageProcessingConfig.video_timing must be one of {VIDEO_TIMINGS}, got "
+                             f"{self.video_timing!r}")
         for name in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ImageProcessingConfig.{name} must be >= 1, got {getattr(self, name)}")

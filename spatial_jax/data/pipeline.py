@@ -2,8 +2,10 @@
 batches.
 
 A sample's visual items are packed in prompt order: one per image, one per temporal group of a video (a video of
-grid [t, h, w] is t items [1, h, w], each behind its timestamp; see data/video_processing.py). `image_grid_thw` lists
-every item of the batch in row order and `image_counts` says how many belong to each row.
+grid [t, h, w] is t items [1, h, w], each behind its timestamp; see data/video_processing.py), or, for a model that
+times videos by second_per_grid (Qwen2.5-VL), one item [t, h, w] per video. `image_grid_thw` lists every item of the
+batch in row order, `image_counts` says how many belong to each row, and `second_per_grid` gives each item's seconds
+per temporal patch (0 where none is read: images, and timestamped frames).
 
 Order is a pure function of the seed (grain's index shuffle, reshuffled each epoch), and the iterator's position is
 a small dict (`get_state` / `set_state`) that the trainer checkpoints; restoring it yields the same next batch.
@@ -30,11 +32,14 @@ from spatial_jax.data.tool_turns import encode_target, sft_target
 from spatial_jax.data.video_processing import (
     VideoProcessingConfig,
     frame_grids,
+    listed_second_per_grid,
+    pick_frames,
     preprocess_video,
     read_video_file,
-    sample_indices,
+    second_per_grid,
     timestamps,
     video_placeholder,
+    whole_video_placeholder,
 )
 
 PreprocessFn = Callable[[Sequence[np.ndarray], Any], tuple[np.ndarray, np.ndarray]]
@@ -139,17 +144,26 @@ class Example:
     image_grid_thw: np.ndarray  # int64 [items, 3]
     sample: Sample
     target_mask: np.ndarray | None = None  # int32 [n - prompt_length] (SFT): 1 on the model's own tokens
+    second_per_grid: np.ndarray | None = None  # float32 [items]: see the module docstring (None: zeros)
 
 
 @dataclasses.dataclass(frozen=True)
 class Visuals:
-    """A sample's pictures before preprocessing: its images, or its video's sampled frames, their source indices
-    and the clip's frame rate (for the timestamps)."""
+    """A sample's pictures before preprocessing: its images, or its video's sampled frames, their source indices,
+    the clip's frame rate (for the timestamps) and, when the frames were sampled here, the clip's length."""
 
     images: list[np.ndarray]
     frames: np.ndarray | None = None  # uint8 [T, H, W, 3]
     frame_indices: np.ndarray | None = None
     fps: float | None = None
+    total_frames: int | None = None
+
+    def second_per_grid(self, temporal_patch_size: int) -> float:
+        """Seconds per temporal patch of the video: transformers' rule on a clip sampled here, on the clip up to the
+        last listed frame otherwise (video_processing.listed_second_per_grid)."""
+        if self.total_frames is not None:
+            return second_per_grid(len(self.frame_indices), self.total_frames, self.fps, temporal_patch_size)
+        return listed_second_per_grid(self.frame_indices, self.fps, temporal_patch_size)
 
     @property
     def first(self) -> np.ndarray:
@@ -157,13 +171,20 @@ class Visuals:
 
 
 def video_config(image_cfg: Any, video_cfg: VideoProcessingConfig | None) -> VideoProcessingConfig:
-    """The video processor's config: as given, or Qwen3-VL's video defaults with the image processor's patch
-    layout (the vision tower's patch, temporal patch and merge sizes, and its normalisation)."""
+    """The video processor's config: as given, or the video defaults of the image processor's video_timing with
+    its patch layout (the vision tower's patch, temporal patch and merge sizes, and its normalisation): Qwen3-VL's
+    released video config, or for "second_per_grid" transformers' Qwen2VLVideoProcessor defaults (128 to 768
+    merged tokens per frame, as qwen-vl-utils; 2 frames a second, 4 to 768 frames)."""
     if video_cfg is not None:
         return video_cfg
-    return VideoProcessingConfig(patch_size=image_cfg.patch_size, temporal_patch_size=image_cfg.temporal_patch_size,
-                                 merge_size=image_cfg.merge_size, image_mean=tuple(image_cfg.image_mean),
-                                 image_std=tuple(image_cfg.image_std))
+    timing = getattr(image_cfg, "video_timing", "timestamps")
+    layout = dict(patch_size=image_cfg.patch_size, temporal_patch_size=image_cfg.temporal_patch_size,
+                  merge_size=image_cfg.merge_size, image_mean=tuple(image_cfg.image_mean),
+                  image_std=tuple(image_cfg.image_std))
+    if timing == "second_per_grid":
+        tokens = (image_cfg.patch_size * image_cfg.merge_size) ** 2
+        return VideoProcessingConfig(**layout, timing=timing, min_pixels=128 * tokens, max_pixels=768 * tokens)
+    return VideoProcessingConfig(**layout)
 
 
 def load_visuals(sample: Sample, video_cfg: VideoProcessingConfig = VideoProcessingConfig(),
@@ -174,22 +195,30 @@ def load_visuals(sample: Sample, video_cfg: VideoProcessingConfig = VideoProcess
         return Visuals(sample.load_images(max_image_pixels))
     v = sample.video
     if v.path is not None:
+        clip = {}
+
+        def wanted(total, rate):
+            clip["total"] = total
+            return pick_frames(total, v.fps or rate, video_cfg)
+
         try:
-            frames, idx, fps = read_video_file(v.path, lambda total, rate: sample_indices(total, v.fps or rate,
-                                                                                          video_cfg),
-                                               max_image_pixels)
+            frames, idx, fps = read_video_file(v.path, wanted, max_image_pixels)
         except ValueError as e:
             raise sample.error(f"video {v.path}: {e}") from None
-        return Visuals([], frames, idx, v.fps or fps)
+        return Visuals([], frames, idx, v.fps or fps, clip["total"])
+    total = None
     if v.frame_indices is not None:
         keep, idx = list(range(len(v.frames))), np.asarray(v.frame_indices)
     else:
-        keep = sample_indices(len(v.frames), v.fps, video_cfg).tolist()
-        idx = np.asarray(keep)
+        try:
+            keep = pick_frames(len(v.frames), v.fps, video_cfg).tolist()
+        except ValueError as e:
+            raise sample.error(f"video of {len(v.frames)} frames: {e}") from None
+        idx, total = np.asarray(keep), len(v.frames)
     frames = [sample.load_ref(v.frames[k], max_image_pixels, "video frame") for k in keep]
     if len({f.shape for f in frames}) != 1:
         raise sample.error(f"video frames differ in size: {sorted({f.shape[:2] for f in frames})}")
-    return Visuals([], np.stack(frames), idx, float(v.fps))
+    return Visuals([], np.stack(frames), idx, float(v.fps), total)
 
 
 def check_visuals(source: Sequence[Sample], max_image_pixels: int | None = None) -> None:
@@ -202,18 +231,27 @@ def check_visuals(source: Sequence[Sample], max_image_pixels: int | None = None)
 
 
 def encode_visuals(sample: Sample, vis: Visuals, image_cfg: Any, video_cfg: VideoProcessingConfig,
-                   preprocess_fn: PreprocessFn = preprocess) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
-    """(pixel_values, item grids [items, 3], tokens per image, the video's placeholder text ([] without one))."""
+                   preprocess_fn: PreprocessFn = preprocess
+                   ) -> tuple[np.ndarray, np.ndarray, list[int], list[str], np.ndarray]:
+    """(pixel_values, item grids [items, 3], tokens per image, the video's placeholder text ([] without one),
+    each item's second_per_grid [items] float32)."""
     try:
         if vis.frames is None:
             pixel_values, grid = preprocess_fn(vis.images, image_cfg)
             grid = np.asarray(grid, np.int64).reshape(-1, 3)
-            return pixel_values, grid, [int(n) for n in num_image_tokens(grid, image_cfg.merge_size)], []
+            return (pixel_values, grid, [int(n) for n in num_image_tokens(grid, image_cfg.merge_size)], [],
+                    np.zeros(len(grid), np.float32))
         pixel_values, grid = preprocess_video(vis.frames, video_cfg)
     except ValueError as e:
         raise sample.error(f"{_visual_name(sample, vis)}: {e}") from None
+    if video_cfg.timing == "second_per_grid":
+        seconds = np.asarray([vis.second_per_grid(video_cfg.temporal_patch_size)], np.float32)
+        return (pixel_values, np.asarray([grid], np.int64), [], [whole_video_placeholder(grid, video_cfg.merge_size)],
+                seconds)
     times = timestamps(vis.frame_indices, vis.fps, video_cfg.temporal_patch_size)
-    return pixel_values, frame_grids(grid), [], [video_placeholder(grid, times, video_cfg.merge_size)]
+    items = frame_grids(grid)
+    return (pixel_values, items, [], [video_placeholder(grid, times, video_cfg.merge_size)],
+            np.zeros(len(items), np.float32))
 
 
 def _visual_name(sample: Sample, vis: Visuals) -> str:
@@ -242,6 +280,7 @@ class Batch:
     loss_mask: np.ndarray | None  # int32 [B, L] in SFT mode
     records: tuple[Sample, ...]
     image_counts: np.ndarray  # int32 [B]: visual items of each row (images, or a video's temporal groups)
+    second_per_grid: np.ndarray  # float32 [sum of items]: each video item's seconds per temporal patch (else 0)
 
 
 def prompt_text(sample: Sample, fmt: PromptFormat, tokenizer: SpatialTokenizer, image_tokens: int | Sequence[int],
@@ -277,8 +316,8 @@ def encode_sample(
     if sample.image_size is None:  # SpatialThinker states the size its pixel boxes refer to; scorers read it too
         first = vis.first
         sample = dataclasses.replace(sample, image_size=(int(first.shape[1]), int(first.shape[0])))
-    pixel_values, grid_thw, image_tokens, placeholders = encode_visuals(sample, vis, image_cfg, video_cfg,
-                                                                        preprocess_fn)
+    pixel_values, grid_thw, image_tokens, placeholders, seconds = encode_visuals(sample, vis, image_cfg, video_cfg,
+                                                                                 preprocess_fn)
     ids = tokenizer.encode(prompt_text(sample, fmt, tokenizer, image_tokens, placeholders))
     want = {tokenizer.image_pad_id: sum(image_tokens),
             tokenizer.video_pad_id: sum(p.count(VIDEO_PAD) for p in placeholders)}
@@ -299,6 +338,7 @@ def encode_sample(
         target_mask = np.asarray(completion.loss, np.int32)
         pixel_values = np.concatenate([np.asarray(pixel_values, np.float32), *completion.pixel_values], axis=0)
         grid_thw = np.concatenate([np.asarray(grid_thw, np.int64).reshape(-1, 3), *completion.image_grid_thw])
+        seconds = np.concatenate([seconds, np.zeros(len(completion.image_grid_thw), np.float32)])
     return Example(
         input_ids=np.asarray(ids, dtype=np.int32),
         prompt_length=prompt_length,
@@ -306,6 +346,7 @@ def encode_sample(
         image_grid_thw=np.asarray(grid_thw, dtype=np.int64).reshape(-1, 3),
         sample=sample,
         target_mask=target_mask,
+        second_per_grid=seconds,
     )
 
 
@@ -342,6 +383,8 @@ def collate(examples: Sequence[Example], pad_id: int, buckets: Sequence[int], sf
         loss_mask=loss_mask,
         records=tuple(e.sample for e in examples),
         image_counts=np.asarray([len(e.image_grid_thw) for e in examples], dtype=np.int32),
+        second_per_grid=np.concatenate([np.zeros(len(e.image_grid_thw), np.float32) if e.second_per_grid is None
+                                        else e.second_per_grid for e in examples]).astype(np.float32),
     )
 
 
@@ -451,10 +494,10 @@ def blank_batch(
     for r in batch.records:
         vis = load_visuals(r, video_cfg)
         blank = Visuals([blank_image(im, fill) for im in vis.images], frames=None, fps=vis.fps,
-                        frame_indices=vis.frame_indices)
+                        frame_indices=vis.frame_indices, total_frames=vis.total_frames)
         if vis.frames is not None:
             blank = dataclasses.replace(blank, frames=np.stack([blank_image(f, fill) for f in vis.frames]))
-        p, g, _, _ = encode_visuals(r, blank, image_cfg, video_cfg, preprocess_fn)
+        p, g, _, _, _ = encode_visuals(r, blank, image_cfg, video_cfg, preprocess_fn)
         pixels.append(np.asarray(p, np.float32))
         grids.append(np.asarray(g, np.int32).reshape(-1, 3))
     if not np.array_equal(np.concatenate(grids, axis=0), batch.image_grid_thw):

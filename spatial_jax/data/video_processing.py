@@ -12,6 +12,12 @@ last frame) and its own vision block.
 The language model sees a video of grid [t, h, w] as t frames of grid [1, h, w] (per-frame vision attention and
 M-RoPE positions, as transformers' get_rope_index splits it), so `frame_grids` turns a video into t items that the
 image path packs and encodes like images.
+
+timing = "second_per_grid" is Qwen2.5-VL's video processing instead (transformers' Qwen2VLVideoProcessor and
+Qwen2_5_VLProcessor): frames sampled in whole temporal patches (`sample_indices_patched`), every frame resized to
+the image form of `smart_resize` within a per-frame pixel budget, no timestamps in the prompt (one vision block of
+t * h * w / merge^2 pads), and the video stays one [t, h, w] item whose temporal positions the language model
+spaces by tokens_per_second * `second_per_grid` seconds (models.rope.get_rope_index).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from spatial_jax.data.image_processing import MAX_ASPECT_RATIO
+from spatial_jax.data import image_processing
+from spatial_jax.data.image_processing import MAX_ASPECT_RATIO, VIDEO_TIMINGS
 
 VISION_START, VISION_END, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|video_pad|>"
 
@@ -32,7 +39,10 @@ class VideoProcessingConfig:
     """Defaults are Qwen3-VL's video_preprocessor_config.json (size.shortest_edge / longest_edge = min / max pixels,
     summed over the frames). cap_pixels_per_frame: transformers' optional per-frame budget (qwen-vl-utils' rule,
     off in the released config): each frame gets min(max_video_tokens * factor^2, max_pixels / frames) pixels, at
-    least 1.05 * min_pixels."""
+    least 1.05 * min_pixels.
+    timing: "timestamps" (Qwen3-VL, the defaults above) or "second_per_grid" (Qwen2.5-VL; see the module docstring:
+    min / max pixels are then per frame, and the cap is transformers' Qwen2VLVideoProcessor one: each frame gets at
+    most 90% of max_video_tokens * factor^2 pixels times temporal_patch_size / frames, at least 1.05 * min_pixels)."""
 
     patch_size: int = 16
     temporal_patch_size: int = 2
@@ -46,8 +56,11 @@ class VideoProcessingConfig:
     max_video_tokens: int = 768
     image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    timing: str = "timestamps"
 
     def __post_init__(self):
+        if self.timing not in VIDEO_TIMINGS:
+            raise ValueError(f"VideoProcessingConfig.timing must be one of {VIDEO_TIMINGS}, got {self.timing!r}")
         for name in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels", "min_frames",
                      "max_frames", "max_video_tokens"):
             if getattr(self, name) < 1:
@@ -103,13 +116,36 @@ def second_per_grid(n_sampled: int, total_frames: int, video_fps: float, tempora
     return temporal_patch_size / (n_sampled / total_frames * video_fps)
 
 
+def pick_frames(total_frames: int, video_fps: float, cfg: VideoProcessingConfig) -> np.ndarray:
+    """The frames cfg's processor keeps of a clip: `sample_indices_patched` for timing "second_per_grid", else
+    `sample_indices`."""
+    if cfg.timing == "second_per_grid":
+        return sample_indices_patched(total_frames, video_fps, cfg)
+    return sample_indices(total_frames, video_fps, cfg)
+
+
+def listed_second_per_grid(frame_indices, video_fps: float, temporal_patch_size: int = 2) -> float:
+    """second_per_grid of frames a row lists with their source indices (already sampled, so the clip's length is
+    not known): `second_per_grid` of a clip taken to end at the last listed frame. Frames sampled uniformly over a
+    whole clip (lmms-eval's and qwen-vl-utils' `nframes`, benchmarks.convert.sampled_video) list its last frame, so
+    this is what those give."""
+    return second_per_grid(len(frame_indices), int(frame_indices[-1]) + 1, video_fps, temporal_patch_size)
+
+
 def smart_resize(num_frames: int, height: int, width: int, cfg: VideoProcessingConfig) -> tuple[int, int]:
-    """The frame size: sides multiples of cfg.factor, frames x pixels within [min_pixels, max_pixels]."""
+    """The frame size: sides multiples of cfg.factor, frames x pixels within [min_pixels, max_pixels] (timing
+    "second_per_grid": each frame's pixels)."""
     factor, tf = cfg.factor, cfg.temporal_patch_size
     if num_frames < tf:
         raise ValueError(f"a video needs at least {tf} frames (one temporal patch), got {num_frames}")
     if height < 1 or width < 1:
         raise ValueError(f"video frames have an empty side: height={height}, width={width}")
+    if cfg.timing == "second_per_grid":
+        max_pixels = cfg.max_pixels
+        if cfg.cap_pixels_per_frame:
+            total = int(cfg.max_video_tokens * factor * factor * 0.9)
+            max_pixels = max(min(max_pixels, total * tf // num_frames), int(cfg.min_pixels * 1.05))
+        return image_processing.smart_resize(height, width, factor, cfg.min_pixels, max_pixels)
     max_pixels = cfg.max_pixels
     if cfg.cap_pixels_per_frame:
         per_frame = max(min(cfg.max_video_tokens * factor * factor, cfg.max_pixels // num_frames),
@@ -190,6 +226,12 @@ def video_placeholder(grid_thw: Sequence[int], times: Sequence[float], merge_siz
         raise ValueError(f"{len(times)} timestamps for a video of {t} temporal groups")
     per_frame = VISION_START + VIDEO_PAD * (h * w // (merge_size * merge_size)) + VISION_END
     return "".join(f"<{s:.1f} seconds>" + per_frame for s in times)
+
+
+def whole_video_placeholder(grid_thw: Sequence[int], merge_size: int = 2) -> str:
+    """Qwen2.5-VL's placeholder of one video: a single vision block of t * h * w / merge^2 pads, no timestamps."""
+    t, h, w = (int(g) for g in grid_thw)
+    return VISION_START + VIDEO_PAD * (t * h * w // (merge_size * merge_size)) + VISION_END
 
 
 def frame_grids(grid_thw: Sequence[int]) -> np.ndarray:

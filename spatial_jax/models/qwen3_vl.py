@@ -32,7 +32,8 @@ Model
         the merged patch features in order; with `row_group` (rows sharing images, e.g. G rollouts of a prompt)
         each row's image tokens receive the features of its group's images, encoded once.
     positions, rope_deltas = model.get_rope_index(input_ids, image_grid_thw, attention_mask)   # numpy, host side
-        positions [3,B,T] int32, rope_deltas [B] int32 (HF's [B,1] squeezed).
+        positions [3,B,T] int32, rope_deltas [B] int32 (HF's [B,1] squeezed); rope_index(cfg, ...) without a model.
+        Qwen2.5-VL videos: second_per_grid= [items] beside image_grid_thw (the data layer's Batch.second_per_grid).
     cache = model.init_cache(batch, max_len, dtype=None)   # KVCache: keys/values tuples of [B,max_len,n_kv,hd],
         mask [B,max_len] int32. Prefill: model(prompt [B,T0], positions=..., attention_mask=prompt mask, vision=...,
         cache=cache, cache_index=0). Decode step s = 0, 1, ... feeds the s-th sampled token:
@@ -90,6 +91,23 @@ from spatial_jax.models.text import DecoderLayer, KVCache, attention_mask_for
 from spatial_jax.models.vision import VisionInputs, count_features, feature_slots, prepare_vision_inputs
 
 
+def rope_index(cfg: ModelConfig, input_ids, image_grid_thw=None, attention_mask=None,
+               second_per_grid=None) -> tuple[np.ndarray, np.ndarray]:
+    """rope.get_rope_index with cfg's rules (its special ids, merge size and tokens_per_second): every host-side
+    position of a prompt goes through here, so an architecture's video timing cannot be left out. second_per_grid
+    [items] beside image_grid_thw: seconds per temporal patch of each video item (Qwen2.5-VL; None: 1 second)."""
+    return rope.get_rope_index(
+        np.asarray(input_ids),
+        None if image_grid_thw is None else np.asarray(image_grid_thw),
+        None if attention_mask is None else np.asarray(attention_mask),
+        image_token_id=cfg.image_token_id,
+        spatial_merge_size=cfg.vision.spatial_merge_size,
+        video_token_id=cfg.video_token_id,
+        tokens_per_second=cfg.vision.tokens_per_second,
+        second_per_grid=second_per_grid,
+    )
+
+
 def _is_concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in xs)
 
@@ -135,18 +153,8 @@ class Qwen3VL(nnx.Module):
 
     def get_rope_index(self, input_ids, image_grid_thw=None, attention_mask=None,
                        second_per_grid=None) -> tuple[np.ndarray, np.ndarray]:
-        """rope.get_rope_index with this architecture's rules; second_per_grid [n_videos]: seconds per temporal
-        patch of each video (Qwen2.5-VL; default 1)."""
-        return rope.get_rope_index(
-            np.asarray(input_ids),
-            None if image_grid_thw is None else np.asarray(image_grid_thw),
-            None if attention_mask is None else np.asarray(attention_mask),
-            image_token_id=self.cfg.image_token_id,
-            spatial_merge_size=self.cfg.vision.spatial_merge_size,
-            video_token_id=self.cfg.video_token_id,
-            tokens_per_second=self.cfg.vision.tokens_per_second,
-            second_per_grid=second_per_grid,
-        )
+        """`rope_index` of this model's config."""
+        return rope_index(self.cfg, input_ids, image_grid_thw, attention_mask, second_per_grid)
 
     def __call__(
         self,

@@ -33,7 +33,9 @@ class Architecture:
     (merged features, DeepStack features). image_processing: the released preprocessor_config.json's values
     (both use transformers' Qwen2VLImageProcessor rules; spatial_jax.data.image_processing.ImageProcessingConfig
     fields): normalisation and the default pixel budget; the resize factor follows the vision config's patch and
-    merge sizes (28 for Qwen2.5-VL's 14-pixel patches, 32 for Qwen3-VL's 16).
+    merge sizes (28 for Qwen2.5-VL's 14-pixel patches, 32 for Qwen3-VL's 16). processor_files: the transformers
+    classes an export's processor files name (spatial_jax.data.processor_files.write_processor_configs' `classes`):
+    the processor, its image processor and its video processor, as AutoProcessor maps the model_type.
     """
 
     model_type: str
@@ -44,6 +46,7 @@ class Architecture:
     config_to_hf: Callable[[ModelConfig, str | None], dict[str, Any]]
     vision_tower: Callable[..., Any]
     image_processing: dict[str, Any]
+    processor_files: dict[str, str]
 
 
 def _rope(t: dict) -> dict:
@@ -207,15 +210,21 @@ QWEN3_IMAGES = dict(image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5), min_p
 QWEN2_5_IMAGES = dict(image_mean=(0.48145466, 0.4578275, 0.40821073), image_std=(0.26862954, 0.26130258, 0.27577711),
                       min_pixels=3136, max_pixels=12845056)
 
+# Qwen3-VL-MoE's processor is Qwen3-VL's (transformers' processing_auto / video_processing_auto); Qwen2.5-VL's video
+# processor is Qwen2-VL's (2-frame temporal patches, no timestamps)
+QWEN3_PROCESSORS = dict(processor_class="Qwen3VLProcessor", image_processor_type="Qwen2VLImageProcessor",
+                        video_processor_type="Qwen3VLVideoProcessor")
+QWEN2_5_PROCESSORS = dict(processor_class="Qwen2_5_VLProcessor", image_processor_type="Qwen2VLImageProcessor",
+                          video_processor_type="Qwen2VLVideoProcessor")
+
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a for a in (
         Architecture("qwen3_vl", "Qwen3VLForConditionalGeneration", "model.language_model.", "model.visual.",
-                     _qwen3_from_hf, _qwen3_to_hf, VisionTower, QWEN3_IMAGES),
+                     _qwen3_from_hf, _qwen3_to_hf, VisionTower, QWEN3_IMAGES, QWEN3_PROCESSORS),
         Architecture("qwen3_vl_moe", "Qwen3VLMoeForConditionalGeneration", "model.language_model.", "model.visual.",
-                     _qwen3_moe_from_hf, _qwen3_to_hf, VisionTower, QWEN3_IMAGES),
+                     _qwen3_moe_from_hf, _qwen3_to_hf, VisionTower, QWEN3_IMAGES, QWEN3_PROCESSORS),
         Architecture("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "model.", "visual.",
-                     _qwen2_5_from_hf, _qwen2_5_to_hf, WindowVisionTower,
-                     QWEN2_5_IMAGES),
+                     _qwen2_5_from_hf, _qwen2_5_to_hf, WindowVisionTower, QWEN2_5_IMAGES, QWEN2_5_PROCESSORS),
     )
 }
 

@@ -85,8 +85,9 @@ def get_rope_index(
     Video tokens (video_token_id) are visual too: a video's frame group, behind its timestamp, is one run and takes
     one [1, h, w] item (transformers splits a video's grid [t, h, w] so), in the same list in prompt order.
     With `tokens_per_second` > 0 (Qwen2.5-VL) a video's run is its whole [t, h, w] item instead, and its k-th
-    temporal patch sits at time floor(k * tokens_per_second * second_per_grid[v]) (float32, as transformers), v
-    counting the videos in order (`second_per_grid` None: 1 second each).
+    temporal patch sits at time floor(k * tokens_per_second * second_per_grid[i]) (float32, as transformers), i
+    its index among the items: `second_per_grid` [items] runs beside image_grid_thw (transformers'
+    second_per_grid_ts holds the videos' entries only; the images' are not read here), None: 1 second each.
     """
     input_ids = np.asarray(input_ids)
     if input_ids.ndim != 2:
@@ -99,7 +100,11 @@ def get_rope_index(
         grids = np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
     positions = np.zeros((3, B, T), np.int64)
     deltas = np.zeros((B,), np.int64)
-    next_image = next_video = 0
+    next_image = 0
+    if second_per_grid is not None:
+        second_per_grid = np.asarray(second_per_grid, np.float32).reshape(-1)
+        if len(second_per_grid) != len(grids):
+            raise ValueError(f"second_per_grid has {len(second_per_grid)} values for {len(grids)} visual items")
     m = spatial_merge_size
     for b in range(B):
         ids = input_ids[b][mask[b]]
@@ -131,8 +136,7 @@ def get_rope_index(
                     )
                 times = np.arange(lt)
                 if tokens_per_second and kind[i] == 2:
-                    spg = 1.0 if second_per_grid is None else np.asarray(second_per_grid, np.float32)[next_video]
-                    next_video += 1
+                    spg = 1.0 if second_per_grid is None else second_per_grid[next_image - 1]
                     interval = np.float32(tokens_per_second) * np.float32(spg)
                     times = (times.astype(np.float32) * interval).astype(np.int64)
                 tt, hh, ww = np.meshgrid(times, np.arange(lh), np.arange(lw), indexing="ij")

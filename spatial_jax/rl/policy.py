@@ -50,7 +50,8 @@ def freeze_vision(tx: optax.GradientTransformation, trainable: nnx.State) -> opt
 
 def image_config(model_cfg: ModelConfig, cfg: PolicyConfig) -> ImageProcessingConfig:
     """The model's image processor: its patch layout, its architecture's normalisation and pixel budget (the
-    registry's), the policy's min / max pixels when set."""
+    registry's), the policy's min / max pixels when set, and its video timing (second_per_grid where the vision
+    config spaces video time positions by tokens_per_second)."""
     default = architecture(model_cfg.model_type).image_processing
     return ImageProcessingConfig(
         patch_size=model_cfg.vision.patch_size,
@@ -60,6 +61,7 @@ def image_config(model_cfg: ModelConfig, cfg: PolicyConfig) -> ImageProcessingCo
         max_pixels=cfg.max_pixels or default["max_pixels"],
         image_mean=default["image_mean"],
         image_std=default["image_std"],
+        video_timing="second_per_grid" if model_cfg.vision.tokens_per_second > 0 else "timestamps",
     )
 
 

@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 
 from spatial_jax.kernels import linear_logprob_entropy
-from spatial_jax.models import VisionInputs, disable_adapters, get_rope_index, prepare_vision_inputs
+from spatial_jax.models import VisionInputs, disable_adapters, prepare_vision_inputs, rope_index
 from spatial_jax.models.sharding import logical_to_spec
 from spatial_jax.rl.losses import LossConfig, policy_loss, sft_loss
 
@@ -52,20 +52,20 @@ class RLData:
 
 
 def make_seq_batch(model_cfg, prompt_ids, prompt_mask, targets, target_mask, pixel_values, image_grid_thw,
-                   loss_mask=None, row_group=None, row_image_counts=None, group: int = 1) -> SeqBatch:
+                   loss_mask=None, row_group=None, row_image_counts=None, group: int = 1,
+                   second_per_grid=None) -> SeqBatch:
     """Host arrays -> SeqBatch (positions from the model's M-RoPE index over the whole sequence). With `row_group`
     (rows with one id show the same images, given row by row: vision.prepare_vision_inputs) each group's images
     are encoded once in the step and their features shared by its rows. With `group` G > 1 every run of G rows
     shares its prompt (ids, mask and positions, checked here) and the step runs each prompt once; the targets
-    then hold no image token."""
+    then hold no image token. second_per_grid [items] beside image_grid_thw: each video item's seconds per temporal
+    patch (models.rope_index)."""
     prompt_ids = np.asarray(prompt_ids, np.int32)
     targets = np.asarray(targets, np.int32)
     target_mask = np.asarray(target_mask, np.int32)
     ids = np.concatenate([prompt_ids, targets], axis=1)
     mask = np.concatenate([np.asarray(prompt_mask, np.int32), target_mask], axis=1)
-    positions, _ = get_rope_index(ids, image_grid_thw, mask, image_token_id=model_cfg.image_token_id,
-                                  spatial_merge_size=model_cfg.vision.spatial_merge_size,
-                                  video_token_id=model_cfg.video_token_id)
+    positions, _ = rope_index(model_cfg, ids, image_grid_thw, mask, second_per_grid)
     vision = None
     if pixel_values is not None:
         vision = prepare_vision_inputs(pixel_values, image_grid_thw, model_cfg.vision,

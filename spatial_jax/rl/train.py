@@ -71,7 +71,7 @@ def full_seq_batch(model_cfg, batch: Batch) -> st.SeqBatch:
     ids = np.asarray(batch.input_ids, np.int32)
     return st.make_seq_batch(model_cfg, ids[:, :1], batch.attention_mask[:, :1], ids[:, 1:],
                              batch.attention_mask[:, 1:], batch.pixel_values, batch.image_grid_thw,
-                             loss_mask=batch.loss_mask[:, 1:])
+                             loss_mask=batch.loss_mask[:, 1:], second_per_grid=batch.second_per_grid)
 
 
 def inputs(cfg: TrainConfig) -> dict[str, str]:
@@ -427,6 +427,8 @@ class Trainer(Workspace):
                 loss_mask=mask[rows],
                 row_group=np.arange(rows.start, rows.stop) // G if share else None,
                 row_image_counts=comps.image_counts[rows] if share else None, group=group,
+                second_per_grid=None if comps.second_per_grid is None
+                else comps.second_per_grid[items[rows.start] : items[rows.stop]],
             )
             seqs.append(st.shard_batch(seq, self.mesh))
             samplers.append(st.shard_batch(jnp.asarray(comps.logprobs[rows], jnp.float32), self.mesh))

@@ -28,6 +28,7 @@ from spatial_jax.data.sample import DatasetError
 from spatial_jax.data.sources import spec_digest
 from spatial_jax.distributed import barrier, is_primary
 from spatial_jax.models.hf_io import save_pretrained
+from spatial_jax.models.registry import architecture
 from spatial_jax.rl.checkpoint import Checkpointer, CheckpointError
 from spatial_jax.rl.config import TrainConfig, check_context, validate
 from spatial_jax.rl.optim import make_optimizer
@@ -248,15 +249,16 @@ class Workspace:
 
     def export(self, out: str | Path, dtype: str | None = None) -> Path:
         """The policy as it is now, as a Hugging Face checkpoint in `out` (adapters merged; the tokenizer and the image
-        and video processors' settings beside it) that transformers loads and `policy.checkpoint` takes. Every process
-        takes part (the weights may be sharded across them, models/hf_io.save_pretrained); the first writes, and all
-        return once the files are complete."""
+        and video processors' settings beside it, under the architecture's processor classes) that transformers loads
+        and `policy.checkpoint` takes. Every process takes part (the weights may be sharded across them,
+        models/hf_io.save_pretrained); the first writes, and all return once the files are complete."""
         out = Path(out)
         if self.primary:
             out.mkdir(parents=True, exist_ok=True)
             self.tok.save(out)
             image_cfg = self.policy.image_cfg
-            write_processor_configs(out, image_cfg, video_config(image_cfg, None))
+            write_processor_configs(out, image_cfg, video_config(image_cfg, None),
+                                    architecture(self.model.cfg.model_type).processor_files)
         save_pretrained(self.model, out, dtype=dtype)
         barrier("export")
         return out

@@ -45,6 +45,9 @@ class Completions:
     texts: tuple[str, ...]
     offsets: tuple[tuple[tuple[int, int], ...], ...]
     image_counts: np.ndarray  # int32 [R]: visual items of each rollout's prompt
+    # float32 [sum of items] beside image_grid_thw: each video item's seconds per temporal patch (models.rope_index);
+    # None: 1 second each
+    second_per_grid: np.ndarray | None = dataclasses.field(default=None, kw_only=True)
 
     def item_starts(self) -> tuple[np.ndarray, np.ndarray]:
         """(first item of each row and one past the last [R + 1], first patch of each item and the end [items + 1])."""
@@ -64,14 +67,16 @@ def take_rows(parts: Sequence[tuple[Completions, Sequence[int]]], pad_id: int) -
         if name in ("texts", "offsets"):
             whole = all(len(v) == len(c.image_counts) for v, (c, _) in zip(values, parts))
             out[name] = tuple(v[r] for v, (_, rows) in zip(values, parts) for r in rows) if whole else ()
-        elif name in ("pixel_values", "image_grid_thw"):
+        elif name == "second_per_grid" and any(v is None for v in values):
+            out[name] = None
+        elif name in ("pixel_values", "image_grid_thw", "second_per_grid"):
             chunks = []
             for c, rows in parts:
                 items, patches = c.item_starts()
                 for r in rows:
                     i0, i1 = items[r], items[r + 1]
-                    chunks.append(c.image_grid_thw[i0:i1] if name == "image_grid_thw"
-                                  else c.pixel_values[patches[i0] : patches[i1]])
+                    chunks.append(c.pixel_values[patches[i0] : patches[i1]] if name == "pixel_values"
+                                  else getattr(c, name)[i0:i1])
             out[name] = np.concatenate(chunks, axis=0)
         elif name in PROMPT_ROWS or name in COMPLETION_ROWS:
             width = max(v.shape[1] for v in values)
@@ -84,20 +89,22 @@ def take_rows(parts: Sequence[tuple[Completions, Sequence[int]]], pad_id: int) -
 
 
 def repeat_batch(batch: Batch, group_size: int
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each prompt row (and its visual items' patches) repeated group_size times, in place: row i -> rows
-    i*G .. i*G+G-1. Returns ids, mask, pixel_values, image_grid_thw, image_counts."""
+    i*G .. i*G+G-1. Returns ids, mask, pixel_values, image_grid_thw, image_counts, second_per_grid."""
     items = np.concatenate([[0], np.cumsum(batch.image_counts)])
     patches = np.concatenate([[0], np.cumsum(np.prod(batch.image_grid_thw, axis=-1))])
     rows = range(len(batch.image_counts))
     pixels = [batch.pixel_values[patches[items[i]] : patches[items[i + 1]]] for i in rows for _ in range(group_size)]
     grids = [batch.image_grid_thw[items[i] : items[i + 1]] for i in rows for _ in range(group_size)]
+    seconds = [batch.second_per_grid[items[i] : items[i + 1]] for i in rows for _ in range(group_size)]
     return (
         np.repeat(batch.input_ids, group_size, axis=0),
         np.repeat(batch.attention_mask, group_size, axis=0),
         np.concatenate(pixels, axis=0),
         np.concatenate(grids, axis=0),
         np.repeat(batch.image_counts, group_size),
+        np.concatenate(seconds, axis=0),
     )
 
 
@@ -114,15 +121,15 @@ def sample(
     global ids (default arange(B * G)); rollout r's draws depend only on (seed, row_ids[r]), so a process decoding
     prompts p0.. of a global batch passes p0 * G + arange(B * G) and samples what one process decoding the whole
     batch would."""
-    ids, mask, pixels, grid, counts = repeat_batch(batch, group_size)
+    ids, mask, pixels, grid, counts, seconds = repeat_batch(batch, group_size)
     cfg = dataclasses.replace(cfg, seed=seed)
     if cfg.engine == "paged":
         out = engine.generate(model, ids, mask, cfg=cfg, pixel_values=pixels, image_grid_thw=grid, image_counts=counts,
-                              row_ids=row_ids, row_group=np.arange(len(ids)) // group_size)
+                              row_ids=row_ids, row_group=np.arange(len(ids)) // group_size, second_per_grid=seconds)
     else:
         out, _ = generate(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, cfg=cfg,
                           row_group=np.arange(len(ids)) // group_size, row_image_counts=counts,
-                          row_ids=row_ids)  # each prompt's images encoded once for its G rows
+                          row_ids=row_ids, second_per_grid=seconds)  # each prompt's images encoded once for its G rows
     tokens, m = to_host(out.tokens), to_host(out.mask)
     texts, offsets = [], []
     for r in range(tokens.shape[0]):
@@ -133,7 +140,7 @@ def sample(
     return Completions(
         prompt_ids=ids, prompt_mask=mask, pixel_values=pixels, image_grid_thw=grid, tokens=tokens,
         logprobs=to_host(out.logprobs), entropies=to_host(out.entropies), mask=m,
-        texts=tuple(texts), offsets=tuple(offsets), image_counts=counts,
+        texts=tuple(texts), offsets=tuple(offsets), image_counts=counts, second_per_grid=seconds,
     )
 
 

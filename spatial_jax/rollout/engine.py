@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spatial_jax.models import decode_positions, get_rope_index, prepare_vision_inputs
+from spatial_jax.models import decode_positions, prepare_vision_inputs, rope_index
 from spatial_jax.models.paged import SCRATCH_PAGE, PagedKVCache
 from spatial_jax.models.vision import shared_items
 from spatial_jax.rollout import logits as lg
@@ -44,7 +44,9 @@ class Request:
     """One sequence to continue: its prompt's real token ids (no padding), its visual items (patches and grid, in
     the order their image tokens come), its global row id (which keys its draws), optionally a smaller draw budget
     per round than the sampling config's max_new_tokens, and optionally a group: requests of one group show the
-    same images (the G rollouts of a prompt), which are encoded once when they are prefilled together."""
+    same images (the G rollouts of a prompt), which are encoded once when they are prefilled together.
+    second_per_grid [items] beside image_grid_thw: each video item's seconds per temporal patch (models.rope_index;
+    None: 1 second)."""
 
     tokens: np.ndarray
     row_id: int
@@ -52,6 +54,7 @@ class Request:
     image_grid_thw: np.ndarray | None = None
     max_new_tokens: int | None = None
     group: int | None = None
+    second_per_grid: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,7 +389,7 @@ class Engine:
         lengths = np.zeros((n,), np.int32)
         offsets = np.zeros((n,), np.int32)
         where = np.full((n,), self.slots, np.int32)  # padding rows' logits land out of bounds (dropped)
-        pixels, grids, counts, groups = [], [], np.zeros((n,), np.int64), {}
+        pixels, grids, seconds, counts, groups = [], [], [], np.zeros((n,), np.int64), {}
         row_group = [groups.setdefault(("row", b), len(groups)) for b in range(n)]
         for b, s in enumerate(batch):
             r = s.pending
@@ -398,12 +401,12 @@ class Engine:
                 pixels.append(np.asarray(r.pixel_values))
                 grids.append(np.asarray(r.image_grid_thw, np.int32).reshape(-1, 3))
                 counts[b] = len(grids[-1])
+                seconds.append(np.ones(counts[b], np.float32) if r.second_per_grid is None
+                               else np.asarray(r.second_per_grid, np.float32))
                 if r.group is not None:
                     row_group[b] = groups.setdefault(("group", r.group), len(groups))
         grid = np.concatenate(grids) if grids else None
-        rel, deltas = get_rope_index(ids, grid, mask, image_token_id=cfg.image_token_id,
-                                     spatial_merge_size=cfg.vision.spatial_merge_size,
-                                     video_token_id=cfg.video_token_id)
+        rel, deltas = rope_index(cfg, ids, grid, mask, np.concatenate(seconds) if grids else None)
         vision = None
         if grids:  # frame slots padded to a power of two: admissions with other images reuse the compile
             frames = int(grid[shared_items(grid, row_group, counts)[0], 0].sum())
@@ -414,10 +417,11 @@ class Engine:
 
 
 def split_rows(input_ids, attention_mask, pixel_values=None, image_grid_thw=None, image_counts=None, row_ids=None,
-               row_group=None) -> list[Request]:
+               row_group=None, second_per_grid=None) -> list[Request]:
     """A padded batch (any padding pattern) as one Request per row: its real tokens, its `image_counts[r]` visual
-    items (the items come row by row; see `image_counts_of`), its global id (default its index) and its group
-    (`row_group[r]`: rows of one group show the same images; default none)."""
+    items (the items come row by row; see `image_counts_of`) with their second_per_grid values when given, its
+    global id (default its index) and its group (`row_group[r]`: rows of one group show the same images; default
+    none)."""
     ids, mask = np.asarray(input_ids), np.asarray(attention_mask)
     R = ids.shape[0]
     row_ids = np.arange(R) if row_ids is None else np.asarray(row_ids)
@@ -435,8 +439,9 @@ def split_rows(input_ids, attention_mask, pixel_values=None, image_grid_thw=None
     for r in range(R):
         a, b = items[r], items[r + 1]
         images = (np.asarray(pixel_values)[patches[a] : patches[b]], grid[a:b]) if b > a else (None, None)
+        seconds = None if second_per_grid is None or b == a else np.asarray(second_per_grid, np.float32)[a:b]
         out.append(Request(ids[r][mask[r] > 0], int(row_ids[r]), *images,
-                           group=None if row_group is None else int(row_group[r])))
+                           group=None if row_group is None else int(row_group[r]), second_per_grid=seconds))
     return out
 
 
@@ -455,13 +460,15 @@ def image_counts_of(cfg, input_ids, attention_mask, image_grid_thw) -> np.ndarra
 
 
 def generate(model, input_ids, attention_mask, *, cfg: SamplingConfig, pixel_values=None, image_grid_thw=None,
-             image_counts=None, row_ids=None, row_group=None, max_len: int | None = None) -> SampleOutput:
+             image_counts=None, row_ids=None, row_group=None, max_len: int | None = None,
+             second_per_grid=None) -> SampleOutput:
     """The static sampler's `generate` through the engine (cfg.slots, cfg.pages, cfg.page_size, cfg.chunk): the same
     SampleOutput ([R, cfg.max_new_tokens] tokens, log-probs, entropies, mask; numpy), rows in the given order.
-    `row_group`: rows with one id show the same images (see `Request.group`)."""
+    `row_group`: rows with one id show the same images (see `Request.group`); `second_per_grid`: see `Request`."""
     if image_grid_thw is not None and image_counts is None:
         image_counts = image_counts_of(model.cfg, input_ids, attention_mask, image_grid_thw)
-    requests = split_rows(input_ids, attention_mask, pixel_values, image_grid_thw, image_counts, row_ids, row_group)
+    requests = split_rows(input_ids, attention_mask, pixel_values, image_grid_thw, image_counts, row_ids, row_group,
+                          second_per_grid)
     longest = max((len(r.tokens) for r in requests), default=0)
     engine = Engine.from_sampling(model, cfg, len(requests), max_len or longest + cfg.max_new_tokens)
     rounds = engine.run(requests)

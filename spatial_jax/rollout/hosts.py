@@ -105,6 +105,9 @@ class HostShare:
             name, value = field.name, getattr(comps, field.name)
             if name in out:
                 continue
+            if value is None:  # an optional per-item array not carried (second_per_grid)
+                out[name] = None
+                continue
             if name in PROMPT_ROWS or name in COMPLETION_ROWS:
                 width = int(allgather_rows(np.asarray([value.shape[1]])).max())
                 fill = self.pad_id if name in ("prompt_ids", "tokens") else 0

@@ -121,7 +121,7 @@ def sample_multiturn(
     N = sampling_cfg.max_new_tokens
     stops = tuple(dict.fromkeys((*sampling_cfg.stop_token_ids, tokenizer.im_end_id, tokenizer.tool_call_end_id)))
     cfg = dataclasses.replace(sampling_cfg, seed=seed, stop_token_ids=stops)
-    ids, mask, pixels, grid, counts = repeat_batch(batch, group_size)
+    ids, mask, pixels, grid, counts, seconds = repeat_batch(batch, group_size)
     need = required_cache_len(ids.shape[1], N, max_turns, max_tool_tokens)
     if max_len is None:
         max_len = need
@@ -147,20 +147,21 @@ def sample_multiturn(
         return answer, patches
 
     if cfg.engine == "paged" and decode_fn is decode:
-        _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
-                   tokenizer.tool_call_end_id, group_size)
+        _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, seconds, row_ids, max_len, max_turns,
+                   tool_turn, tokenizer.tool_call_end_id, group_size)
     else:
-        _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
-                    tokenizer.tool_call_end_id, group_size, max_tool_tokens, decode_fn)
-    pixels, grid, counts = _with_pictures(rows, pixels, grid, counts)
-    return _assemble(rows, ids, mask, pixels, grid, counts, tokenizer, cfg, need - ids.shape[1])
+        _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, seconds, row_ids, max_len, max_turns,
+                    tool_turn, tokenizer.tool_call_end_id, group_size, max_tool_tokens, decode_fn)
+    pixels, grid, counts, seconds = _with_pictures(rows, pixels, grid, counts, seconds)
+    return _assemble(rows, ids, mask, pixels, grid, counts, seconds, tokenizer, cfg, need - ids.shape[1])
 
 
-def _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
+def _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, seconds, row_ids, max_len, max_turns, tool_turn,
                 call_end_id, group_size, max_tool_tokens, decode_fn) -> None:
     """All rows in lockstep on the static sampler: a decode round, then one `extend` with every caller's tool turn."""
     state = prefill(model, ids, mask, pixel_values=pixels, image_grid_thw=grid, max_len=max_len, seed=cfg.seed,
-                    row_group=np.arange(len(ids)) // group_size, row_image_counts=counts, row_ids=row_ids)
+                    row_group=np.arange(len(ids)) // group_size, row_image_counts=counts, row_ids=row_ids,
+                    second_per_grid=seconds)
     R = len(rows)
     for turn in range(max_turns + 1):
         state, out = decode_fn(model, state, cfg)
@@ -192,11 +193,11 @@ def _run_static(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_
             state = extend(model, state, tool_tokens, tool_mask)
 
 
-def _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, row_ids, max_len, max_turns, tool_turn,
+def _run_paged(model, cfg, rows, ids, mask, pixels, grid, counts, seconds, row_ids, max_len, max_turns, tool_turn,
                call_end_id, group_size) -> None:
     """Each row on its own through the engine: a row that stops at a tool call gets its tool turn at once and
     decodes on while the others do; the same tokens as the static path (draws are keyed per row)."""
-    requests = split_rows(ids, mask, pixels, grid, counts, row_ids, np.arange(len(ids)) // group_size)
+    requests = split_rows(ids, mask, pixels, grid, counts, row_ids, np.arange(len(ids)) // group_size, seconds)
 
     def on_round(r: int, rnd: Round) -> Request | None:
         row = rows[r]
@@ -225,24 +226,29 @@ def _tool_answer(tokenizer: SpatialTokenizer, text: str, picture: np.ndarray | N
         return tool_turn_ids(tokenizer, f"{note}\n{text}", max_tool_tokens), None
 
 
-def _with_pictures(rows: list[_Row], pixels, grid, counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's visual items: its prompt's, then its tool pictures in turn order."""
+def _with_pictures(rows: list[_Row], pixels, grid, counts, seconds
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's visual items: its prompt's, then its tool pictures in turn order (a picture's second_per_grid is
+    never read: it is an image)."""
     if not any(row.pictures for row in rows):
-        return pixels, grid, counts
+        return pixels, grid, counts, seconds
     items = np.concatenate([[0], np.cumsum(counts)])
     starts = np.concatenate([[0], np.cumsum(np.prod(grid, axis=-1))])
-    out_pixels, out_grid = [], []
+    out_pixels, out_grid, out_seconds = [], [], []
     for r, row in enumerate(rows):
         out_pixels.append(pixels[starts[items[r]] : starts[items[r + 1]]])
         out_grid.append(grid[items[r] : items[r + 1]])
+        out_seconds.append(seconds[items[r] : items[r + 1]])
         out_pixels.extend(p for p, _ in row.pictures)
         out_grid.extend(g for _, g in row.pictures)
+        out_seconds.append(np.zeros(len(row.pictures), np.float32))
     return (np.concatenate(out_pixels, axis=0), np.concatenate(out_grid, axis=0).astype(grid.dtype),
-            np.asarray(counts) + np.asarray([len(row.pictures) for row in rows], np.int32))
+            np.asarray(counts) + np.asarray([len(row.pictures) for row in rows], np.int32),
+            np.concatenate(out_seconds).astype(np.float32))
 
 
-def _assemble(rows: list[_Row], ids, mask, pixels, grid, counts, tokenizer: SpatialTokenizer, cfg: SamplingConfig,
-              capacity: int) -> MultiTurnCompletions:
+def _assemble(rows: list[_Row], ids, mask, pixels, grid, counts, seconds, tokenizer: SpatialTokenizer,
+              cfg: SamplingConfig, capacity: int) -> MultiTurnCompletions:
     longest = max(len(row.tokens) for row in rows)
     N = cfg.max_new_tokens
     width = min(capacity, max(N, -(-longest // N) * N))
@@ -273,4 +279,5 @@ def _assemble(rows: list[_Row], ids, mask, pixels, grid, counts, tokenizer: Spat
         logprobs=logprobs, entropies=entropies, mask=loss, texts=tuple(texts), offsets=tuple(offsets),
         context_mask=context, num_tool_calls=np.asarray([row.calls for row in rows], np.int32),
         num_tool_pictures=np.asarray([len(row.pictures) for row in rows], np.int32), image_counts=counts,
+        second_per_grid=seconds,
     )

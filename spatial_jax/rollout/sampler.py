@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from spatial_jax.models import KVCache, decode_positions, get_rope_index, prepare_vision_inputs
+from spatial_jax.models import KVCache, decode_positions, prepare_vision_inputs, rope_index
 from spatial_jax.rollout import logits as lg
 from spatial_jax.rollout.config import SamplingConfig
 
@@ -124,7 +124,8 @@ _extend_jit = jax.jit(_extend_impl, static_argnums=(0,))
 
 
 def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=None, image_grid_thw=None,
-           row_group=None, row_image_counts=None, num_frames: int | None = None) -> SamplerState:
+           row_group=None, row_image_counts=None, num_frames: int | None = None,
+           second_per_grid=None) -> SamplerState:
     """Appends `tokens` [B, T] (real where `token_mask` is 1; any padding pattern) to every row's context.
 
     Their positions continue each row's sequence (M-RoPE positions for image tokens when `pixel_values` and
@@ -133,7 +134,8 @@ def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=
     With `row_group` (vision.prepare_vision_inputs: rows with one id show the same images, given row by row with
     `row_image_counts` items each) those images are encoded once and their features shared: the G rollouts of a
     prompt. Frames are padded to the model's vision buckets (and to `num_frames` slots when given), so
-    differently sized images share one compile.
+    differently sized images share one compile. `second_per_grid` [items] beside image_grid_thw: each video item's
+    seconds per temporal patch (models.rope_index).
     """
     tokens = np.asarray(tokens, np.int32)
     if tokens.ndim != 2 or tokens.shape[0] != state.done.shape[0]:
@@ -151,9 +153,7 @@ def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=
     if (pixel_values is None) != (image_grid_thw is None):
         raise ValueError("pixel_values and image_grid_thw go together")
     cfg = model.cfg
-    rel_positions, rel_deltas = get_rope_index(tokens, image_grid_thw, mask, image_token_id=cfg.image_token_id,
-                                               spatial_merge_size=cfg.vision.spatial_merge_size,
-                                               video_token_id=cfg.video_token_id)
+    rel_positions, rel_deltas = rope_index(cfg, tokens, image_grid_thw, mask, second_per_grid)
     vision = None
     if pixel_values is not None:
         vision = prepare_vision_inputs(pixel_values, image_grid_thw, cfg.vision, buckets=cfg.vision_buckets,
@@ -165,14 +165,14 @@ def extend(model, state: SamplerState, tokens, token_mask=None, *, pixel_values=
 
 def prefill(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None, max_len: int,
             seed: int = 0, cache_dtype=None, row_group=None, row_image_counts=None,
-            num_frames: int | None = None, row_ids=None) -> SamplerState:
+            num_frames: int | None = None, row_ids=None, second_per_grid=None) -> SamplerState:
     """Fresh cache of `max_len` slots filled with the (left-padded) prompts; ready for `decode`. `row_ids`: the
     rows' global ids, which key their draws (see `init_state`)."""
     input_ids = np.asarray(input_ids)
     state = init_state(model, input_ids.shape[0], max_len, seed=seed, cache_dtype=cache_dtype, row_ids=row_ids)
     return extend(model, state, input_ids, attention_mask, pixel_values=pixel_values,
                   image_grid_thw=image_grid_thw, row_group=row_group, row_image_counts=row_image_counts,
-                  num_frames=num_frames)
+                  num_frames=num_frames, second_per_grid=second_per_grid)
 
 
 def _decode_impl(graphdef, params, state: SamplerState, stop_ids: jax.Array, suppressed: jax.Array,
@@ -239,13 +239,14 @@ def decode(model, state: SamplerState, cfg: SamplingConfig) -> tuple[SamplerStat
 
 def generate(model, input_ids, attention_mask=None, *, pixel_values=None, image_grid_thw=None,
              cfg: SamplingConfig = SamplingConfig(), max_len: int | None = None, cache_dtype=None,
-             row_group=None, row_image_counts=None, num_frames: int | None = None, row_ids=None
-             ) -> tuple[SampleOutput, SamplerState]:
+             row_group=None, row_image_counts=None, num_frames: int | None = None, row_ids=None,
+             second_per_grid=None) -> tuple[SampleOutput, SamplerState]:
     """prefill + decode in one call; the cache has room for the prompt plus cfg.max_new_tokens unless max_len says.
     `row_ids` [B]: the rows' global ids (default arange(B)); row r's draws depend only on (cfg.seed, row_ids[r])."""
     prompt_len = np.asarray(input_ids).shape[1]
     state = prefill(model, input_ids, attention_mask, pixel_values=pixel_values, image_grid_thw=image_grid_thw,
                     max_len=max_len or prompt_len + cfg.max_new_tokens, seed=cfg.seed, cache_dtype=cache_dtype,
-                    row_group=row_group, row_image_counts=row_image_counts, num_frames=num_frames, row_ids=row_ids)
+                    row_group=row_group, row_image_counts=row_image_counts, num_frames=num_frames, row_ids=row_ids,
+                    second_per_grid=second_per_grid)
     state, out = decode(model, state, cfg)
     return out, state

@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spatial_jax.config import ConfigError
-from spatial_jax.models import ModelConfig, get_rope_index, prepare_vision_inputs
+from spatial_jax.models import ModelConfig, prepare_vision_inputs, rope_index
 from spatial_jax.models.sharding import logical_to_spec, make_mesh
 from spatial_jax.rl.config import TrainConfig
 from spatial_jax.rl.plan.measure import Program, _measure
@@ -75,8 +75,7 @@ def _static_programs(cfg, mc, policy, dec: Decoding, shapes, grid, resident, run
     where = f"on {dec.mesh.devices.size} chips of host 0 of {dec.processes}"
     if "rollout_prefill" in run:
         ids, mask, pixels, grids = _rows(mc, B, shapes.prompt, grid)
-        positions, deltas = get_rope_index(ids, grids, mask, image_token_id=mc.image_token_id,
-                                           spatial_merge_size=mc.vision.spatial_merge_size)
+        positions, deltas = rope_index(mc, ids, grids, mask)
         tokens = [jax.ShapeDtypeStruct(x.shape, jnp.int32, sharding=_spec_on(dec.mesh, B, x.ndim, axis))
                   for x, axis in ((ids, 0), (mask, 0), (positions, 1), (deltas, 0))]
         vision = _replicated(prepare_vision_inputs(pixels, grids, mc.vision), dec.mesh)
