@@ -9,7 +9,7 @@ from . import naive, pallas, xla
 IMPLS = ("auto", "naive", "xla", "pallas")
 
 
-def _platform() -> str:
+def active_platform() -> str:
     """The platform of the devices the program is compiled for: the active mesh's (jax.set_mesh), else the default
     backend's. A TPU slice described from a CPU host (`spatial-jax plan`) is then "tpu", not the host's "cpu"."""
     mesh = jax.sharding.get_abstract_mesh()
@@ -23,7 +23,7 @@ def resolve_impl(impl: str, platform: str | None = None) -> str:
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}; got {impl!r}")
     if impl == "auto":
-        return "pallas" if (platform or _platform()) == "tpu" else "xla"
+        return "pallas" if (platform or active_platform()) == "tpu" else "xla"
     return impl
 
 

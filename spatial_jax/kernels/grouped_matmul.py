@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .fused import _platform
+from .fused import active_platform
 
 IMPLS = ("ragged_dot", "megablox")
 # megablox's own default tiles; no TPU here to tune them (the compile of one Qwen3-VL-30B-A3B layer with them is in
@@ -70,7 +70,7 @@ def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, impl: 
         return reference(x, w, group_sizes)
     if jnp.dtype(x.dtype) not in SUPPORTED_DTYPES:
         raise ValueError(f"megablox takes float32 or bfloat16; got {x.dtype}")
-    interpret = _platform() != "tpu" if interpret is None else bool(interpret)
+    interpret = active_platform() != "tpu" if interpret is None else bool(interpret)
     return _megablox(x, w, group_sizes.astype(jnp.int32), check_tiling(tuple(tiling), interpret), interpret)
 
 

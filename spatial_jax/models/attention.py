@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from spatial_jax.kernels.fused import active_platform
+
 IMPLS = ("auto", "xla", "splash", "cudnn", "pallas")
 
 # Finite "minus infinity": a query with no visible key (padding) gets uniform weights instead of NaN.
@@ -57,13 +59,6 @@ class AttentionMask:
     @property
     def structured(self) -> bool:
         return self.dense is None
-
-
-def active_platform() -> str:
-    """The platform of the active mesh's devices (jax.set_mesh), else of the default backend."""
-    mesh = jax.sharding.get_abstract_mesh()
-    device = None if mesh is None or mesh.empty else mesh.abstract_device
-    return device.platform if device is not None else jax.default_backend()
 
 
 def resolve_impl(impl: str, dtype, platform: str | None = None) -> str:

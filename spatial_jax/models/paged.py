@@ -20,8 +20,9 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from spatial_jax.kernels.fused import active_platform
 from spatial_jax.kernels.paged_attention import paged_decode_attention
-from spatial_jax.models.attention import AttentionMask, active_platform, mesh_specs, resolve_impl
+from spatial_jax.models.attention import AttentionMask, mesh_specs, resolve_impl
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.sharding import constrain
 
@@ -150,7 +151,7 @@ def decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, index: 
     table = index.page_table.astype(jnp.int32)
     mesh = jax.sharding.get_abstract_mesh()
     sharded = mesh is not None and not mesh.empty and mesh.size > 1
-    platform = jax.default_backend() if mesh is None or mesh.empty else mesh.abstract_device.platform
+    platform = active_platform()
 
     def run(qs, pool_k, pool_v, lengths, table):
         if index.kernel == "pallas":
