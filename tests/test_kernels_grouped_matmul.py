@@ -46,14 +46,27 @@ def test_megablox_equals_ragged_dot():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=TOL, atol=TOL)
 
 
+def test_rows_pad_to_tm_whatever_the_other_tiles():
+    """tm larger than tk and tn (the rows pad to 16, not to 8), forward, in the interpreter by default off TPU."""
+    sizes = jnp.asarray([5, 0, 9], jnp.int32)
+    x = jax.random.normal(jax.random.key(1), (17, 8))
+    w = jax.random.normal(jax.random.key(2), (3, 8, 8))
+    got = jax.jit(lambda x, w: grouped_matmul(x, w, sizes, impl="megablox", tiling=(16, 8, 8)))(x, w)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jax.lax.ragged_dot(x, w, sizes)), rtol=TOL, atol=TOL)
+
+
 def test_bad_input_is_a_clear_error():
     x, w, sizes = jnp.zeros((8, 4)), jnp.zeros((2, 4, 3)), jnp.asarray([3, 5], jnp.int32)
     with pytest.raises(ValueError, match="impl must be one of"):
         grouped_matmul(x, w, sizes, impl="tokamax")
     with pytest.raises(ValueError, match=r"x \[M, K\] and w \[G, K, N\]"):
         grouped_matmul(x, jnp.zeros((2, 5, 3)), sizes)
-    with pytest.raises(ValueError, match="group_sizes must be"):
+    with pytest.raises(ValueError, match=r"x \[M, K\] and w \[G, K, N\]; got x\(8, 4, 4\)"):
+        grouped_matmul(jnp.zeros((8, 4, 4)), w, sizes)  # K agrees: the rank alone is wrong
+    with pytest.raises(ValueError, match=r"group_sizes must be \[G=2\] integers; got int32\(3,\)"):
         grouped_matmul(x, w, jnp.asarray([3, 5, 0], jnp.int32))
+    with pytest.raises(ValueError, match="x and w must share a dtype; got float32 and bfloat16"):
+        grouped_matmul(x, w.astype(jnp.bfloat16), sizes, impl="megablox")
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         grouped_matmul(x.astype(jnp.float16), w.astype(jnp.float16), sizes, impl="megablox")
     with pytest.raises(ValueError, match="three positive ints"):
@@ -62,7 +75,12 @@ def test_bad_input_is_a_clear_error():
         check_tiling((12, 128, 128), interpret=False)
     with pytest.raises(ValueError, match="multiples of 128 for a TPU"):
         check_tiling(TILES, interpret=False)
+    with pytest.raises(ValueError, match="multiples of 128 for a TPU; got 128, 16"):
+        check_tiling((128, 128, 16), interpret=False)  # one of the two is enough to refuse
+    with pytest.raises(ValueError, match="multiples of 128 for a TPU"):  # interpret=False is obeyed off TPU too
+        grouped_matmul(x, w, sizes, impl="megablox", tiling=TILES, interpret=False)
     assert check_tiling(TILES, interpret=True) == TILES and check_tiling(TILING, interpret=False) == TILING
+    assert check_tiling((8, 1, 1), interpret=True) == (8, 1, 1)
     with pytest.raises(FieldError, match="moe_matmul must be one of"):
         ModelConfig(moe_matmul="gmm")
 
@@ -100,3 +118,9 @@ def test_megablox_compiles_for_tpu():
         step = jax.jit(jax.value_and_grad(lambda x, w, g, sizes: jnp.sum(local(x, w, sizes) * g), argnums=(0, 1)))
         hlo = step.lower(*args).compile().as_text()
     assert kernel_calls(hlo) == {"megablox": 3, "ragged_dot": 0}
+    # the default impl, forward: XLA:TPU's own two kernels (ragged-dot-metadata, then the matmul), no megablox
+    xla = jax.shard_map(lambda x, w, sizes: grouped_matmul(x, w, sizes), mesh=mesh,
+                        in_specs=(P("fsdp"), P("fsdp"), P()), out_specs=P("fsdp"), check_vma=False)
+    with jax.set_mesh(mesh):
+        hlo = jax.jit(xla).lower(args[0], args[1], args[3]).compile().as_text()
+    assert kernel_calls(hlo) == {"megablox": 0, "ragged_dot": 2}
