@@ -54,7 +54,12 @@ def test_figures_read_accuracy_where_the_prior_is_wrong_and_the_prior_given(tmp_
     summary = {"accuracy": {"mean": 0.3}, "process": {"A_blank": 0.4, "SAR": 0.9, "NTS": 0.8, "LRR@0.1": 0.0}}
     f = paper_prosr.figures(cfg, tmp_path, "sft", summary)
     assert f[paper_prosr.WRONG] == 0.0 and f[paper_prosr.PRIOR] == 1.0
+    assert f[paper_prosr.FALSE_PRIOR] == 1.0 and f[paper_prosr.HARD_FALSE_PRIOR] == 1.0
     assert f[paper_prosr.TRUE] == sum(not prior_is_wrong(world, s) for s in named) / len(named)
+    hard_all = [s for s in samples if s.meta["hard"]]
+    assert f[paper_prosr.HARD_ACC] == sum(s.answer == left for s in hard_all) / len(hard_all)
+    hard_named = [s for s in named if s.meta["hard"]]
+    assert f[paper_prosr.HARD_TRUE] == sum(not prior_is_wrong(world, s) for s in hard_named) / len(hard_named)
     assert (f["accuracy"], f["A_blank"], f["SAR"], f["LRR@0.1"]) == (0.3, 0.4, 0.9, 0.0)
     assert len(f["correct"]) == 60
     # the prior's answer on the hard images alone: a policy that gives it only there
@@ -67,6 +72,11 @@ def test_figures_read_accuracy_where_the_prior_is_wrong_and_the_prior_given(tmp_
     (tmp_path / "hard" / "eval_rl.json").write_text(json.dumps({"rows": guess}))
     f = paper_prosr.figures(cfg, tmp_path / "hard", "rl", summary)
     assert f[paper_prosr.HARD_PRIOR] == 1.0 and f[paper_prosr.PRIOR] == len(hard) / len(named)
+    # a wrong answer that is the prior's, on the questions the prior gets wrong: here only the hard ones
+    misled = [s for s in named if prior_is_wrong(world, s)]
+    assert f[paper_prosr.HARD_FALSE_PRIOR] == 1.0
+    assert f[paper_prosr.FALSE_PRIOR] == sum(s.meta["hard"] for s in misled) / len(misled) < 1.0
+    assert f[paper_prosr.HARD_ACC] == 0.0
     # unparsed answers count as not giving the prior's; a missing evaluation file measures nothing
     rows = [dict(r, completion="no answer") for r in rows]
     (tmp_path / "eval_sft.json").write_text(json.dumps({"rows": rows}))
@@ -77,8 +87,9 @@ def test_figures_read_accuracy_where_the_prior_is_wrong_and_the_prior_given(tmp_
 
 def _figures(acc, wrong, prior, a_blank, sar, nts, lrr, correct=None):
     return {"accuracy": acc, paper_prosr.WRONG: wrong, paper_prosr.PRIOR: prior, "A_blank": a_blank, "SAR": sar,
-            "NTS": nts, "LRR@0.1": lrr, "correct": correct or {}, paper_prosr.TRUE: 0.25,
-            paper_prosr.HARD_PRIOR: None}
+            "NTS": nts, "LRR@0.1": lrr, "correct": correct or {}, paper_prosr.TRUE: 0.25, paper_prosr.HARD_TRUE: 0.3,
+            paper_prosr.HARD_PRIOR: None, paper_prosr.HARD_ACC: None, paper_prosr.FALSE_PRIOR: None,
+            paper_prosr.HARD_FALSE_PRIOR: None}
 
 
 def _seeds():
@@ -98,7 +109,8 @@ def test_tables_pair_each_arm_with_its_start_and_give_the_claims_verdicts():
     text = paper_prosr.tables(_seeds(), [0, 1, 2], "Config X.")
     lines = text.splitlines()
     assert lines[0].startswith("Seeds 0, 1, 2: mean ± standard error over seeds") and "Config X." in lines[0]
-    assert lines[0].endswith("gives the prior's answer to 0.250 ± 0.000 of the prior-colour questions.")
+    assert lines[0].endswith("gives the prior's answer to 0.250 ± 0.000 of the prior-colour questions (0.300 ± 0.000 "
+                             "of those with a hard image).")
     rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ")}
     assert set(paper_prosr.COLUMNS) <= set(rows)
     se = 0.01 / math.sqrt(3)

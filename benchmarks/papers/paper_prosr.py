@@ -6,7 +6,9 @@ The world (configs/prosr_prior_cpu.toml) has a prior that text alone can exploit
 naming a prior colour has the prior's answer at data.synthetic.prior_rate; the held-out split is balanced. Figures per
 evaluation: held-out accuracy; accuracy on the held-out questions the prior gets wrong (a prior-colour question whose
 true answer is not the prior's); how often the policy gives the prior's answer to a prior-colour question (the truth's
-share is that of the balanced split, about 1/4); and ProSR's diagnostics A_blank, SAR, NTS, LRR@0.1 from the
+share is that of the balanced split, about 1/4), and to those of them it gets wrong (a wrong answer that is the prior's,
+the reliance itself: a rise of the former can be right answers); each also on the questions whose image is hard to
+read (data.synthetic.hard_rate), where the prior can pay; and ProSR's diagnostics A_blank, SAR, NTS, LRR@0.1 from the
 evaluation's sampled (image, blank) pairs.
 """
 
@@ -35,10 +37,14 @@ STARTS = paper_tables.ONE_START
 ARMS = {VANILLA: ("vanilla", ["rewards.prosr.lambda_cf=0.0", "rewards.prosr.lambda_drift=0.0"], paper_tables.START),
         PROSR: ("prosr", [], paper_tables.START)}
 WRONG, PRIOR = "accuracy where the prior is wrong", "prior's answer to prior-colour questions"
+FALSE_PRIOR = "prior's answer where the prior is wrong"
 # the same on the questions whose image is hard to read (data.synthetic.hard_rate), where the prior can pay
-HARD_PRIOR = "prior's answer to prior-colour questions, hard images"
-COLUMNS = ("accuracy", WRONG, PRIOR, HARD_PRIOR, "A_blank", "SAR", "NTS", "LRR@0.1")
+HARD_ACC, HARD_PRIOR = "accuracy, hard images", "prior's answer to prior-colour questions, hard images"
+HARD_FALSE_PRIOR = "prior's answer where the prior is wrong, hard images"
+COLUMNS = ("accuracy", HARD_ACC, WRONG, PRIOR, HARD_PRIOR, FALSE_PRIOR, HARD_FALSE_PRIOR, "A_blank", "SAR", "NTS",
+           "LRR@0.1")
 TRUE = "prior's answer true"  # on the same questions: PRIOR for a policy that always answers right
+HARD_TRUE = "prior's answer true, hard images"
 BEGIN, END = "<!-- papers.py prosr: begin -->", "<!-- papers.py prosr: end -->"
 # (claim, column, run whose figure should be higher, run it is compared with)
 CLAIMS = (
@@ -72,21 +78,33 @@ def prior_questions(cfg: TrainConfig) -> dict[str, tuple[bool, str, bool]]:
             for s in open_source(cfg.data.eval, world, check_images=False) if names_prior(world, s)}
 
 
-def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: dict | None = None) -> dict:
+def hard_questions(cfg: TrainConfig) -> set[str]:
+    """The held-out question ids whose image is hard to read."""
+    return {s.id for s in open_source(cfg.data.eval, cfg.data.synthetic, check_images=False) if s.meta.get("hard")}
+
+
+def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: dict | None = None,
+            hard: set[str] | None = None) -> dict:
     """One evaluation's figures (COLUMNS; None where nothing was measured) and its correctness by question id.
-    `prior`: prior_questions(cfg), when already at hand."""
+    `prior`, `hard`: prior_questions(cfg), hard_questions(cfg), when already at hand."""
     prior = prior_questions(cfg) if prior is None else prior
+    hard = hard_questions(cfg) if hard is None else hard
     rows = learning.eval_rows(run_dir, stage) or []
     correct = correct_by_id(rows)
     answered = {r["id"]: parse_think(r["completion"]).answer for r in rows}
     process = summary.get("process") or {}
-    return {"accuracy": summary["accuracy"]["mean"],
+
+    def gives_prior(only_hard: bool, only_wrong: bool) -> float | None:
+        return mean_of([float(answered[i] == letter) for i, (wrong, letter, h) in prior.items()
+                        if i in answered and (h or not only_hard) and (wrong or not only_wrong)])
+
+    return {"accuracy": summary["accuracy"]["mean"], HARD_ACC: mean_of([correct[i] for i in correct if i in hard]),
             WRONG: mean_of([correct[i] for i, (wrong, _, _) in prior.items() if wrong and i in correct]),
-            PRIOR: mean_of([float(answered[i] == letter) for i, (_, letter, _) in prior.items() if i in answered]),
-            HARD_PRIOR: mean_of([float(answered[i] == letter) for i, (_, letter, hard) in prior.items()
-                                 if hard and i in answered]),
-            **{k: process.get(k) for k in COLUMNS[4:]}, "correct": correct,
-            TRUE: mean_of([float(not wrong) for i, (wrong, _, _) in prior.items() if i in answered])}
+            PRIOR: gives_prior(False, False), HARD_PRIOR: gives_prior(True, False),
+            FALSE_PRIOR: gives_prior(False, True), HARD_FALSE_PRIOR: gives_prior(True, True),
+            **{k: process.get(k) for k in COLUMNS[7:]}, "correct": correct,
+            TRUE: mean_of([float(not wrong) for i, (wrong, _, _) in prior.items() if i in answered]),
+            HARD_TRUE: mean_of([float(not wrong) for i, (wrong, _, h) in prior.items() if h and i in answered])}
 
 
 def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
@@ -98,10 +116,10 @@ def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
 def main_table(per_seed: list[dict], seeds: list[int], note: str) -> list[str]:
     """Each figure at the SFT start and after each arm, and the paired changes, mean ± standard error over seeds
     (verdicts are the claims table's: whether a rise is good depends on the figure)."""
-    true = learning.over_seeds([s["SFT start"][TRUE] for s in per_seed])
+    true, hard = (learning.over_seeds([s["SFT start"][k] for s in per_seed]) for k in (TRUE, HARD_TRUE))
     lines = [f"Seeds {', '.join(map(str, seeds))}: mean ± standard error over seeds; each change is paired seed by "
              f"seed (both arms start from the seed's SFT start). {note} A policy that always answers right gives "
-             f"the prior's answer to {true} of the prior-colour questions.", "",
+             f"the prior's answer to {true} of the prior-colour questions ({hard} of those with a hard image).", "",
              "| figure | SFT start | vanilla | vanilla - start | ProSR | ProSR - start | ProSR - vanilla |",
              "|---|---|---|---|---|---|---|"]
     for column in COLUMNS:
