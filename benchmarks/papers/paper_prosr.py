@@ -41,8 +41,8 @@ FALSE_PRIOR = "prior's answer where the prior is wrong"
 # the same on the questions whose image is hard to read (data.synthetic.hard_rate), where the prior can pay
 HARD_ACC, HARD_PRIOR = "accuracy, hard images", "prior's answer to prior-colour questions, hard images"
 HARD_FALSE_PRIOR = "prior's answer where the prior is wrong, hard images"
-COLUMNS = ("accuracy", HARD_ACC, WRONG, PRIOR, HARD_PRIOR, FALSE_PRIOR, HARD_FALSE_PRIOR, "A_blank", "SAR", "NTS",
-           "LRR@0.1")
+DIAGNOSTICS = ("A_blank", "SAR", "NTS", "LRR@0.1")  # ProSR's, from the evaluation's sampled (image, blank) pairs
+COLUMNS = ("accuracy", HARD_ACC, WRONG, PRIOR, HARD_PRIOR, FALSE_PRIOR, HARD_FALSE_PRIOR, *DIAGNOSTICS)
 TRUE = "prior's answer true"  # on the same questions: PRIOR for a policy that always answers right
 HARD_TRUE = "prior's answer true, hard images"
 BEGIN, END = "<!-- papers.py prosr: begin -->", "<!-- papers.py prosr: end -->"
@@ -70,41 +70,40 @@ def check(cfg: TrainConfig) -> None:
         raise C.ConfigError("--paper prosr needs a world with a language prior (data.synthetic.prior_colors)")
 
 
-def prior_questions(cfg: TrainConfig) -> dict[str, tuple[bool, str, bool]]:
-    """Held-out question id -> (the prior gets it wrong, the letter of the prior's answer, its image is hard to
-    read), for each question naming a prior colour."""
+def held_out(cfg: TrainConfig) -> tuple[dict[str, tuple[bool, str, bool]], set[str]]:
+    """One pass over the held-out split: {id: (the prior gets it wrong, the letter of the prior's answer, its image is
+    hard to read)} for each question naming a prior colour, and the ids of every question whose image is hard."""
     world = cfg.data.synthetic
-    return {s.id: (prior_is_wrong(world, s), LETTERS[s.options.index(world.prior_answer)], s.meta.get("hard", False))
-            for s in open_source(cfg.data.eval, world, check_images=False) if names_prior(world, s)}
+    prior, hard = {}, set()
+    for s in open_source(cfg.data.eval, world, check_images=False):
+        if s.meta.get("hard", False):
+            hard.add(s.id)
+        if names_prior(world, s):
+            prior[s.id] = (prior_is_wrong(world, s), LETTERS[s.options.index(world.prior_answer)], s.id in hard)
+    return prior, hard
 
 
-def hard_questions(cfg: TrainConfig) -> set[str]:
-    """The held-out question ids whose image is hard to read."""
-    return {s.id for s in open_source(cfg.data.eval, cfg.data.synthetic, check_images=False) if s.meta.get("hard")}
-
-
-def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict, prior: dict | None = None,
-            hard: set[str] | None = None) -> dict:
-    """One evaluation's figures (COLUMNS; None where nothing was measured) and its correctness by question id.
-    `prior`, `hard`: prior_questions(cfg), hard_questions(cfg), when already at hand."""
-    prior = prior_questions(cfg) if prior is None else prior
-    hard = hard_questions(cfg) if hard is None else hard
+def figures(cfg: TrainConfig, run_dir: Path, stage: str, summary: dict) -> dict:
+    """One evaluation's figures (COLUMNS; None where nothing was measured) and its correctness by question id."""
+    prior, hard = held_out(cfg)
     rows = learning.eval_rows(run_dir, stage) or []
     correct = correct_by_id(rows)
     answered = {r["id"]: parse_think(r["completion"]).answer for r in rows}
     process = summary.get("process") or {}
 
-    def gives_prior(only_hard: bool, only_wrong: bool) -> float | None:
-        return mean_of([float(answered[i] == letter) for i, (wrong, letter, h) in prior.items()
+    def over_prior(gives: bool, only_hard: bool, only_wrong: bool = False) -> float | None:
+        """Over the answered prior-colour questions (those with a hard image, those the prior gets wrong): the share
+        answered with the prior's answer (`gives`), else the share whose truth is the prior's answer."""
+        return mean_of([float(answered[i] == letter if gives else not wrong)
+                        for i, (wrong, letter, h) in prior.items()
                         if i in answered and (h or not only_hard) and (wrong or not only_wrong)])
 
     return {"accuracy": summary["accuracy"]["mean"], HARD_ACC: mean_of([correct[i] for i in correct if i in hard]),
             WRONG: mean_of([correct[i] for i, (wrong, _, _) in prior.items() if wrong and i in correct]),
-            PRIOR: gives_prior(False, False), HARD_PRIOR: gives_prior(True, False),
-            FALSE_PRIOR: gives_prior(False, True), HARD_FALSE_PRIOR: gives_prior(True, True),
-            **{k: process.get(k) for k in COLUMNS[7:]}, "correct": correct,
-            TRUE: mean_of([float(not wrong) for i, (wrong, _, _) in prior.items() if i in answered]),
-            HARD_TRUE: mean_of([float(not wrong) for i, (wrong, _, h) in prior.items() if h and i in answered])}
+            PRIOR: over_prior(True, False), HARD_PRIOR: over_prior(True, True),
+            FALSE_PRIOR: over_prior(True, False, True), HARD_FALSE_PRIOR: over_prior(True, True, True),
+            **{k: process.get(k) for k in DIAGNOSTICS}, "correct": correct,
+            TRUE: over_prior(False, False), HARD_TRUE: over_prior(False, True)}
 
 
 def tables(per_seed: list[dict], seeds: list[int], note: str) -> str:
