@@ -63,6 +63,10 @@ setup(
         # benchmarks/papers/vs_trl.py: TRL's GRPOTrainer beside the project's RL step, with the versions its table was
         # measured with (against torch 2.13.0 CPU above)
         "bench": ["trl==1.16.0", "accelerate==1.16.0", "datasets==5.2.0"],
+        # tests/test_rollout_correction_verl.py: verl 0.9.1's own rollout correction and policy losses. verl itself goes
+        # in with `pip install --no-deps verl==0.9.1` (its requirements pin a transformers below this project's); these
+        # are the modules its rollout_corr_helper and core_algos import, at versions inside verl's own ranges
+        "verl": ["ray==2.60.0", "tensordict==0.10.0", "omegaconf==2.4.0", "codetiming==1.4.0", "orjson==3.13.0"],
         "gpu": ["jax[cuda12]==0.10.2"],
         "tpu": ["jax[tpu]==0.10.2"],
     },

@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_rl_train import _rollouts, tiny
 
 from spatial_jax.rl import step as st
 from spatial_jax.rl.optim import make_optimizer
-from tests.test_rl_train import _rollouts, tiny
 
 ADV = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
 

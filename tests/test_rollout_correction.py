@@ -1,9 +1,11 @@
 """Rollout correction (TIS / MIS, token and sequence levels) and the sampler-trainer gap metrics against the
-independent float64 torch reference written from verl's formulas, and the corrected loss end to end.
+independent float64 torch reference written from verl 0.9.1's rollout_corr_helper, cases pinned from verl 0.9.1's
+own functions, and the corrected loss end to end (verl's own functions themselves: test_rollout_correction_verl.py).
 
 Tolerance: float64 JAX vs float64 torch, values, weights, masks, metrics and gradients, atol 1e-9 (rtol 1e-9)."""
 
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -88,13 +90,60 @@ def test_edge_cases_all_masked_and_extreme_ratios():
     cfg = CorrectionConfig(tis="sequence", mis="token")
     w, m, metrics = check(old, sampler, empty, cfg)
     assert not w.any() and not m.any() and all(v == 0 for v in metrics.values())
-    # +-60 nats: clamped to +-20 before exp (verl's bound), so weights stay finite and are truncated or masked
+    # +-60 nats: clamped to +-20 before exp (verl's bound), so weights stay finite and are truncated or masked.
+    # The bounds limit pi_sampler / pi_old (verl's k1 statistic): token [0, 0] has pi_sampler / pi_old = e^-20
+    # < 1e-8, rejected; token [3, 1] has e^20 < 1e12, kept
     w, m, metrics = check(*make(11, extreme=True), CorrectionConfig(tis="token", mis="token", mis_upper=1e12,
                                                                        mis_lower=1e-8))
-    assert w[0, 0] == 2.0 and m[0, 0] == 1 and m[3, 1] == 0  # e^20 < 1e12 kept; e^-20 < 1e-8 rejected
+    assert w[0, 0] == 2.0 and m[0, 0] == 0 and m[3, 1] == 1
     # a bit-identical sampler: every weight is 1, nothing truncated or masked
     w, m, metrics = check(old, old, mask, CorrectionConfig(tis="sequence", mis="geometric", mis_upper=1.0001))
     assert np.all(w[mask > 0] == 1.0) and np.array_equal(m, mask) and metrics["mis_masked_frac"] == 0
+
+
+def one_row(log_ratios):
+    """One sequence whose tokens have exactly these log(pi_old / pi_sampler) (a log-prob of 0 on the sampler's side)."""
+    d = np.asarray([log_ratios], np.float64)
+    return d, np.zeros_like(d), np.ones_like(d)
+
+
+# Each case's expectation is what verl 0.9.1's compute_rollout_correction_and_rejection_mask gives for it
+# (checked by test_rollout_correction_verl.py::test_the_pinned_cases_are_verls wherever verl is installed).
+PINNED = [
+    # an asymmetric pair bounds pi_sampler / pi_old: log(pi_old / pi_sampler) = 0.4 is a ratio e^-0.4 = 0.67 < 0.7
+    ("asymmetric bounds", [0.4], dict(mis="token", mis_lower=0.7, mis_upper=1.6), [0.0], {"mis_low_frac": 1.0}),
+    ("asymmetric bounds, the other side", [-0.4], dict(mis="token", mis_lower=0.7, mis_upper=1.6), [1.0],
+     {"mis_low_frac": 0.0, "mis_high_frac": 0.0}),
+    # each token clamped to +-20 before the sum: [25, -24] sums to 0, inside [1/2, 2]
+    ("clamp before the sum", [25.0, -24.0], dict(mis="sequence", mis_upper=2.0), [1.0, 1.0],
+     {"mis_seq_masked_frac": 0.0}),
+    # twenty tokens of 1.5, none beyond 20: the statistic's sum -30 lies below log(1e-12) = -27.6
+    ("sum beyond the bound", [1.5] * 20, dict(mis="sequence", mis_upper=1e12), [0.0] * 20,
+     {"mis_low_frac": 1.0, "mis_masked_frac": 1.0}),
+    # [30, 0] averages to 10 once clamped (kept: e^-10 > 1e-5), to 15 unclamped (rejected)
+    ("geometric: the clamped tokens' mean", [30.0, 0.0], dict(mis="geometric", mis_upper=1e5), [1.0, 1.0],
+     {"mis_masked_frac": 0.0}),
+]
+
+
+@pytest.mark.parametrize("name,log_ratios,kwargs,kept,figures", PINNED, ids=[p[0] for p in PINNED])
+def test_rejection_pinned_from_verl(name, log_ratios, kwargs, kept, figures):
+    _, m, metrics = check(*one_row(log_ratios), CorrectionConfig(**kwargs))
+    np.testing.assert_array_equal(m[0], kept)
+    for k, v in figures.items():
+        assert metrics[k] == v, k
+
+
+def test_tis_figures_pinned_from_verl():
+    # rollout_is_mean is the mean of the truncated weights: one token of ratio e, C = 2 -> 2, not e
+    w, _, metrics = check(*one_row([1.0]), CorrectionConfig(tis="token", tis_threshold=2.0))
+    assert w[0, 0] == 2.0 and metrics["tis_weight_mean"] == 2.0 and metrics["tis_truncated_frac"] == 1.0
+    # the sequence's high fraction compares the unclamped log-sum with log C: 25 > log(1e9) = 20.7, although the
+    # weight itself is e^20 < C
+    w, _, metrics = check(*one_row([12.5, 12.5]), CorrectionConfig(tis="sequence", tis_threshold=1e9))
+    np.testing.assert_allclose(w[0], [np.exp(20.0)] * 2, rtol=1e-12)
+    assert metrics["tis_truncated_frac"] == 1.0
+    np.testing.assert_allclose(metrics["tis_weight_mean"], np.exp(20.0), rtol=1e-12)
 
 
 @pytest.mark.parametrize("extreme", [False, True])
@@ -151,10 +200,79 @@ def test_corrected_loss_matches_the_reference(tis, mis, kind):
 
 
 def test_config_validation():
-    for bad, match in ((dict(tis="seq"), "tis"), (dict(mis="tokens"), "mis"), (dict(tis_threshold=0.0), "tis_thr"),
-                       (dict(mis_upper=2.0, mis_lower=3.0), "mis_lower"), (dict(mis_lower=-1.0), "mis_lower")):
-        with pytest.raises(FieldError, match=match):
+    """Every refusal in full, as the user reads it under rl.correction."""
+    for bad, message in (
+            (dict(tis="seq"), "tis must be 'off', 'token' or 'sequence', got 'seq'"),
+            (dict(mis="tokens"), "mis must be 'off', 'token', 'sequence' or 'geometric', got 'tokens'"),
+            (dict(tis_threshold=0.0), "tis_threshold must be > 0, got 0.0"),
+            (dict(mis_upper=0.0), "mis_upper must be > 0, got 0.0"),
+            (dict(mis_upper=2.0, mis_lower=3.0), "mis_lower must be at most mis_upper=2.0, got 3.0"),
+            (dict(mis_lower=-1.0), "mis_lower must be > 0, got -1.0"),
+            (dict(mis="token", mis_upper=0.5),
+             "mis_upper must be at least 1 while mis_lower is unset (the kept interval [1/mis_upper, mis_upper] = "
+             "[2, 0.5] would be empty; set mis_lower too), got 0.5")):
+        with pytest.raises(FieldError) as e:
             CorrectionConfig(**bad)
+        assert str(e.value) == message
     cfg = apply_overrides(CorrectionConfig(), ["tis=sequence", "mis_lower=0.5"])
     assert cfg.enabled and cfg.lower == 0.5 and CorrectionConfig(mis_upper=4.0).lower == 0.25
     assert not CorrectionConfig().enabled
+    # one bound below 1 is a valid pair once the lower bound is given; equal bounds keep one ratio, as verl allows
+    assert CorrectionConfig(mis_upper=0.5, mis_lower=0.25).lower == 0.25 and CorrectionConfig(mis_upper=1.0).lower == 1
+    assert CorrectionConfig(mis_upper=1.5, mis_lower=1.5).lower == 1.5
+
+
+def test_bounds_are_inclusive_as_verls():
+    """A statistic exactly on a bound is kept and not counted above or below it (verl: lower <= s <= upper; the
+    high and low shares are strict); a weight exactly at C is not truncated (verl: raw > C)."""
+    for log_ratio, kwargs in (([-math.log(1.6)], dict(mis="token", mis_lower=0.7, mis_upper=1.6)),
+                              ([-math.log(0.7)], dict(mis="token", mis_lower=0.7, mis_upper=1.6)),
+                              ([-math.log(1.6) / 2] * 2, dict(mis="geometric", mis_lower=0.7, mis_upper=1.6))):
+        _, m, metrics = check(*one_row(log_ratio), CorrectionConfig(**kwargs))
+        assert m.all() and metrics["mis_high_frac"] == metrics["mis_low_frac"] == metrics["mis_masked_frac"] == 0
+    for level in ("token", "sequence"):
+        w, _, metrics = check(*one_row([0.0, 0.0]), CorrectionConfig(tis=level, tis_threshold=1.0))
+        assert w.tolist() == [[1.0, 1.0]] and metrics["tis_truncated_frac"] == 0
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_dtypes_follow_the_inputs(x64):
+    """float32 or bfloat16 log-probs give float32 weights and figures (also with x64 on, where a default dtype would
+    be float64), and the returned mask keeps the input mask's dtype."""
+    old, sampler, mask = make(4)
+    cfg = CorrectionConfig(tis="sequence", mis="token", mis_upper=1.6)
+    with jax.enable_x64(x64):
+        for logp_dtype in (jnp.float32, jnp.bfloat16):
+            for mask_dtype in (jnp.int32, jnp.float32, jnp.bool_):
+                args = (jnp.asarray(np.nan_to_num(old, neginf=-30.0), logp_dtype),
+                        jnp.asarray(np.nan_to_num(sampler, neginf=-30.0), logp_dtype),
+                        jnp.asarray(mask, mask_dtype))
+                w, m, metrics = rollout_correction(*args, cfg)
+                assert w.dtype == jnp.float32 and m.dtype == mask_dtype
+                assert {v.dtype for v in metrics.values()} == {jnp.dtype(jnp.float32)}
+                assert {v.dtype for v in gap_metrics(*args).values()} == {jnp.dtype(jnp.float32)}
+                _, m_off, metrics_off = rollout_correction(*args, CorrectionConfig(tis="token"))
+                assert m_off.dtype == mask_dtype and metrics_off["tis_truncated_frac"].dtype == jnp.float32
+                w_off, _, _ = rollout_correction(*args, CorrectionConfig(mis="sequence"))
+                assert w_off.dtype == jnp.float32
+
+
+def test_shapes_are_checked():
+    one_d = jnp.zeros(5)
+    with pytest.raises(ValueError) as e:
+        rollout_correction(one_d, one_d, one_d, CorrectionConfig(tis="token"))
+    assert str(e.value) == "old_logp (5,), sampler_logp (5,) and mask (5,) must be one [B, T] shape"
+    with pytest.raises(ValueError, match=r"old_logp \(2, 3\), sampler_logp \(2, 4\) and mask \(2, 3\)"):
+        rollout_correction(jnp.zeros((2, 3)), jnp.zeros((2, 4)), jnp.zeros((2, 3)), CorrectionConfig(tis="token"))
+
+
+def test_gap_metrics_of_one_sequence_and_of_no_rows():
+    """One sequence: its own sum is the mean, so the spread is 0 and the max |sum| is its own; a batch of no rows
+    gives 0 for every figure."""
+    old, sampler, mask = one_row([0.5, -0.25, 1.0])
+    with jax.enable_x64(True):
+        got = {k: float(v) for k, v in gap_metrics(jnp.asarray(old), jnp.asarray(sampler), jnp.asarray(mask)).items()}
+        none = gap_metrics(jnp.zeros((0, 4)), jnp.zeros((0, 4)), jnp.zeros((0, 4)))
+    assert got["seq_log_ratio_std"] == 0.0 and got["seq_log_ratio_abs_max"] == 1.25 and got["abs_max"] == 1.0
+    assert got == pytest.approx(ref.gap(old, sampler, mask), rel=1e-12)
+    assert all(float(v) == 0 for v in none.values())

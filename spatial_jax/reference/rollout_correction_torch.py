@@ -1,10 +1,15 @@
 """Independent float64 torch implementation of the rollout correction and the sampler-trainer gap metrics
-(spatial_jax/rl/rollout_correction.py), written from verl's formulas (rollout_corr_helper: rho = pi_old /
-pi_rollout from log-ratios clamped to +-20; TIS w = min(rho, C) over the whole mask; rejection keeps
-lower <= rho <= upper, lower defaulting to 1 / upper; k3 = E[rho - log rho - 1]), for parity tests only.
+(spatial_jax/rl/rollout_correction.py), for parity tests only, written from verl 0.9.1's code
+(`verl/trainer/ppo/rollout_corr_helper.py`): `compute_rollout_correction_weights` and `compute_is_metrics` for TIS
+(token: exp of each log-ratio clamped to +-20; sequence: exp of the unclamped masked sum clamped to +-20; weights
+clamp(max=C); rollout_is_mean over the truncated weights; the high fraction from the raw weights per token and from
+the unclamped log-sum against log C per sequence), `compute_rollout_rejection_mask` and `compute_rs_metrics` for the
+k1 rejection options (token_k1 = -clamp(log-ratio, +-20); seq_sum_k1 / seq_mean_k1 its masked sum / mean; kept
+where log lower <= statistic <= log upper), and `compute_offpolicy_metrics`' k3 for the gap.
 
 Row by row: each rollout's selected tokens are taken out first, so masked positions are never read. Shares over
-sequences count the rows holding at least one token (verl divides by every row of the batch).
+sequences count the rows holding at least one token, and an empty batch gives 0 (verl divides its batch-wide
+sequence shares by every row and refuses an empty mask: SPEC §10's two differences).
 """
 
 from __future__ import annotations
@@ -24,15 +29,24 @@ def _rows(old: Any, sampler: Any, mask: Any) -> list[torch.Tensor]:
     return [old[i][mask[i] > 0] - sampler[i][mask[i] > 0] for i in range(mask.shape[0])]
 
 
-def _level_log_rho(d: torch.Tensor, level: str) -> torch.Tensor:
-    """log rho of each selected token of a row, clamped to +-BOUND."""
+def _tis(d: torch.Tensor, level: str, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(truncated weights, over-threshold flags) of one row's tokens."""
     if level == "token":
-        value = d
-    elif level == "sequence":
-        value = d.sum().expand(d.shape)
-    else:  # geometric
-        value = d.mean().expand(d.shape)
-    return value.clamp(-BOUND, BOUND)
+        raw = torch.exp(d.clamp(-BOUND, BOUND))
+        over = raw > threshold
+    else:
+        log_sum = d.sum()
+        raw = torch.exp(log_sum.clamp(-BOUND, BOUND)).expand(d.shape)
+        over = (log_sum > math.log(threshold)).expand(d.shape)
+    return raw.clamp(max=threshold), over
+
+
+def _k1(d: torch.Tensor, level: str) -> torch.Tensor:
+    """verl's k1 rejection statistic of one row's tokens, log(pi_sampler / pi_old) clamped per token first."""
+    k1 = -d.clamp(-BOUND, BOUND)
+    if level == "token":
+        return k1
+    return (k1.sum() if level == "sequence" else k1.mean()).expand(d.shape)
 
 
 def correction(old: Any, sampler: Any, mask: Any, tis: str = "off", tis_threshold: float = 2.0,
@@ -44,34 +58,33 @@ def correction(old: Any, sampler: Any, mask: Any, tis: str = "off", tis_threshol
     weights = torch.zeros(B, T, dtype=F64)
     keep = torch.zeros(B, T, dtype=F64)
     lower = 1.0 / mis_upper if mis_lower is None else mis_lower
+    log_lower, log_upper = math.log(lower), math.log(mis_upper)
     tokens = sum(len(d) for d in rows)
     seqs = sum(1 for d in rows if len(d))
     metrics: dict[str, float] = {}
-    rho_sum = truncated = masked = seq_masked = high = low = 0.0
+    weight_sum = truncated = masked = seq_masked = high = low = 0.0
     for i, d in enumerate(rows):
         where = mask_t[i] > 0
         if not len(d):
             continue
         w = torch.ones_like(d)
         if tis != "off":
-            rho = torch.exp(_level_log_rho(d, tis))
-            rho_sum += float(rho.sum())
-            over = rho > tis_threshold
+            w, over = _tis(d, tis, tis_threshold)
+            weight_sum += float(w.sum())
             truncated += float(over.sum()) if tis == "token" else float(over.any())
-            w = torch.minimum(rho, torch.tensor(tis_threshold, dtype=F64))
         weights[i, where] = w
         kept = torch.ones_like(d, dtype=torch.bool)
         if mis != "off":
-            rho = torch.exp(_level_log_rho(d, mis))
-            hi, lo = rho > mis_upper, rho < lower
-            kept = ~(hi | lo)
+            stat = _k1(d, mis)
+            hi, lo = stat > log_upper, stat < log_lower
+            kept = (stat >= log_lower) & (stat <= log_upper)
             masked += float((~kept).sum())
             seq_masked += float((~kept).any())
             high += float(hi.sum()) if mis == "token" else float(hi.any())
             low += float(lo.sum()) if mis == "token" else float(lo.any())
         keep[i, where] = kept.to(F64)
     if tis != "off":
-        metrics["tis_weight_mean"] = rho_sum / max(tokens, 1)
+        metrics["tis_weight_mean"] = weight_sum / max(tokens, 1)
         metrics["tis_truncated_frac"] = truncated / max(tokens if tis == "token" else seqs, 1)
     if mis != "off":
         per = max(tokens if mis == "token" else seqs, 1)
