@@ -69,7 +69,7 @@ def test_write_jsonl_writes_images_beside_and_text_as_is(dataset, tmp_path):
 def test_read_jsonl_refusals_name_the_file_and_line(dataset, tmp_path):
     path, rows = dataset
     assert _refusal(tmp_path / "none.jsonl") == f"{tmp_path / 'none.jsonl'}: dataset file does not exist"
-    assert _refusal(tmp_path) == f"{tmp_path}: cannot read the dataset file: Is a directory"
+    assert _refusal(tmp_path) == f"{tmp_path}: dataset file is a folder, not a file"
     lines = [json.dumps(r) for r in rows]
     path.write_bytes(("\r\n".join([lines[0], "", "  \t", lines[1]]) + "\r\n" + lines[1] + "\n").encode())
     assert _refusal(path) == f"{path}:5: id {rows[1]['id']!r} already used on line 4"

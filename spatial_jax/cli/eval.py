@@ -57,22 +57,13 @@ def check_output(path, inputs, markdown: bool = False) -> None:
     `inputs` (files or folders: the config, the data, the predictions, the benchmark copy) or the other, or cannot be
     written: its folder must exist and take new files (the report is written whole, through a temp file renamed over
     it)."""
-    import tempfile
-
-    from spatial_jax.cli.outputs import check_output_files
-    from spatial_jax.config import ConfigError
+    from spatial_jax.cli.outputs import check_output_files, check_writable_file
 
     outputs = {"--output": path}
     if markdown:
         outputs["--output's Markdown table"] = path.with_suffix(".md")
     check_output_files(outputs, inputs)
-    folder = path.parent
-    if not folder.is_dir():
-        raise ConfigError(f"--output {path}: the folder {folder} does not exist")
-    try:
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as e:
-        raise ConfigError(f"--output {path}: cannot write in {folder} ({e.strerror})") from None
+    check_writable_file("--output", path)
 
 
 def run(args) -> int:

@@ -43,7 +43,7 @@ def run(args) -> int:
     import jax
 
     from spatial_jax import distributed
-    from spatial_jax.cli.outputs import check_folder, new_files, refuse_overwriting
+    from spatial_jax.cli.outputs import check_folder, new_files, refuse_inside, refuse_overwriting
     from spatial_jax.config import ConfigError
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
 
@@ -51,6 +51,7 @@ def run(args) -> int:
     # neither the run nor the base weights it started from may be written over
     refuse_overwriting({"--out": args.out}, [cfg.run_dir, cfg.policy.checkpoint])
     check_folder(args.out, "--out")
+    refuse_inside({"--out": args.out}, {"the run directory": cfg.run_dir, "the base checkpoint": cfg.policy.checkpoint})
     if not has_checkpoint(cfg.run_dir):
         raise ConfigError(f"--run-dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to export")
     out = Path(args.out)

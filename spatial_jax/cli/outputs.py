@@ -65,6 +65,35 @@ def refuse_overwriting(outputs: Mapping[str, PathLike | None], inputs: Iterable[
             raise ConfigError(f"{flag_a} {a} and {flag_b} {b} name the same file: one would overwrite the other")
 
 
+def refuse_inside(outputs: Mapping[str, PathLike | None], folders: Mapping[str, PathLike | None]) -> None:
+    """ConfigError (rc 2), before anything is written, for an output (flag -> path) at or below one of `folders`
+    (what -> folder the command reads, such as a run directory): files written there would sit among what the folder
+    holds (a run's checkpoints, which the next run would take for its own or move away as damaged)."""
+    for what, folder in folders.items():
+        if not folder:
+            continue
+        root = os.path.realpath(folder)
+        for flag, out in outputs.items():
+            path = os.path.realpath(out) if out else ""
+            if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+                raise ConfigError(f"{flag} {out} lies inside {what} {folder}, which this command reads: name a "
+                                  "folder outside it")
+
+
+def check_writable_file(flag: str, path: PathLike) -> None:
+    """ConfigError (rc 2), before the work, unless the file `path` can be written whole: its folder exists and takes
+    new files (reports are written through a temp file renamed over them)."""
+    import tempfile
+
+    folder = Path(os.path.abspath(path)).parent
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: the folder {folder} does not exist")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e})") from None
+
+
 def check_output_files(outputs: Mapping[str, PathLike | None], inputs: Iterable[PathLike | None]) -> None:
     """refuse_overwriting, and a ConfigError for an output file flag naming a folder: found now, not once the work
     is done and the file is opened."""

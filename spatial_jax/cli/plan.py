@@ -57,11 +57,13 @@ def run(args) -> int:
     _check_host_devices(args.topology)
     _prepare_jax(args.topology)
     from spatial_jax.cli.job_config import default_config, load_job
-    from spatial_jax.cli.outputs import check_output_files
+    from spatial_jax.cli.outputs import check_output_files, check_writable_file
     from spatial_jax.config import ConfigError
 
     cfg = load_job(args.config, args.overrides)
     check_output_files({"--json": args.json}, [args.config])
+    if args.json:
+        check_writable_file("--json", args.json)
     topology = args.topology or cfg.plan.target
     if not topology:
         raise ConfigError("name a target: --topology v5p:2x4x4 (or cpu:N, gpu:h100x8), or plan.target in the config")

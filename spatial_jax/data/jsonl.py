@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.data.sample import DatasetError, Sample, regular_file
 from spatial_jax.records import brief
 
 
@@ -56,11 +56,9 @@ def loads_unique(text: str) -> Any:
 def read_jsonl(path: str | Path, check_images: bool = True) -> list[Sample]:
     """All samples of a JSONL file; blank lines are skipped, image paths resolve against the file's folder, a UTF-8
     byte-order mark is allowed."""
-    path = Path(path)
+    path = regular_file(path)
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: dataset file does not exist") from None
     except OSError as e:
         raise DatasetError(f"{path}: cannot read the dataset file: {e.strerror or e}") from None
     # Undecodable bytes become lone surrogates here (JSON escapes cannot put those in the text), so the first bad

@@ -230,6 +230,24 @@ def check_visuals(source: Sequence[Sample], max_image_pixels: int | None = None)
             load_visuals(sample, max_image_pixels=max_image_pixels)
 
 
+def check_rows(source: Sequence[Sample], tokenizer: SpatialTokenizer, data: DataConfig, fmt: PromptFormat,
+               mode: Literal["rl", "sft"], image_cfg: Any = ImageProcessingConfig(),
+               video_cfg: VideoProcessingConfig | None = None) -> None:
+    """Encodes every row of `source` as its batches will (pictures and video decoded within data.max_image_pixels and
+    preprocessed, the prompt and, in SFT, the target tokenized) and refuses, naming the row's file and line, one
+    that cannot be encoded or whose tokens do not fit the largest of data.bucket_lengths: found before the first
+    compile, not at the step that first draws the row."""
+    longest = max(data.bucket_lengths)
+    for sample in source:
+        example = encode_sample(sample, tokenizer, fmt, mode, image_cfg, max_image_pixels=data.max_image_pixels,
+                                video_cfg=video_cfg, method_targets=data.sft_targets == "method")
+        n = len(example.input_ids)
+        if n > longest:
+            what = "prompt, pictures and SFT target" if mode == "sft" else "prompt and pictures"
+            raise sample.error(f"{n} tokens ({what}; {example.prompt_length} in the prompt) do not fit the largest "
+                               f"of data.bucket_lengths, {longest}: add a longer bucket or drop the row")
+
+
 def encode_visuals(sample: Sample, vis: Visuals, image_cfg: Any, video_cfg: VideoProcessingConfig,
                    preprocess_fn: PreprocessFn = preprocess
                    ) -> tuple[np.ndarray, np.ndarray, list[int], list[str], np.ndarray]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,15 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 class DatasetError(ValueError):
     """A dataset row that cannot be used; the reader prefixes the message with `path:line`."""
+
+
+def regular_file(path: str | Path, what: str = "dataset file") -> Path:
+    """`path` as a Path, or a DatasetError unless it is a regular file (or a link to one): a named pipe, a device
+    or a socket would block a reader that opens it until killed."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: {what} {not_a_file(path)}")
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +215,8 @@ class Sample:
             return ref
         from PIL import Image
 
+        if os.path.exists(ref) and not os.path.isfile(ref):  # a pipe would block PIL until killed
+            raise self.error(f"{what} {ref} {not_a_file(Path(ref))}")
         try:
             with Image.open(ref) as im:
                 pixels = im.width * im.height

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -248,6 +249,8 @@ def read_video_file(path: str, wanted, max_pixels: int | None = None) -> tuple[n
         import av
     except ImportError:
         raise ValueError("reading a video file needs PyAV (pip install av); or give the frames as images") from None
+    if os.path.exists(path) and not os.path.isfile(path):  # a pipe would block the decoder until killed
+        raise ValueError(f"{path} is a folder, a device or a pipe, not a video file")
     try:
         with av.open(path) as container:
             stream = container.streams.video[0]

@@ -17,7 +17,7 @@ from flax import nnx
 from spatial_jax.data.image_processing import ImageProcessingConfig
 from spatial_jax.data.tokenizer import SpatialTokenizer, build_tokenizer
 from spatial_jax.models import LoRAParam, ModelConfig, Qwen3VL
-from spatial_jax.models.hf_io import from_pretrained
+from spatial_jax.models.hf_io import from_pretrained, load_config
 from spatial_jax.models.registry import architecture
 from spatial_jax.models.sharding import make_mesh, shard_model
 from spatial_jax.rl.config import MeshConfig, PolicyConfig
@@ -69,6 +69,24 @@ def build_mesh(cfg: MeshConfig) -> jax.sharding.Mesh:
     return make_mesh(cfg.data, cfg.fsdp, cfg.tensor, devices=jax.devices()[: cfg.size])
 
 
+def _tiny_config(cfg: PolicyConfig, tokenizer: SpatialTokenizer) -> ModelConfig:
+    return ModelConfig.tiny(
+        tokenizer.vocab_size, **tokenizer.model_token_ids(), lora=cfg.lora, num_hidden_layers=cfg.tiny_layers,
+        hidden_size=cfg.tiny_width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+    ).replace(remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
+              attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl, moe_matmul=cfg.moe_matmul)
+
+
+def policy_encoding(cfg: PolicyConfig) -> tuple[SpatialTokenizer, ImageProcessingConfig]:
+    """The tokenizer and image settings the policy's batches are encoded with, read without building the model (a
+    checkpoint's config.json, or the tiny policy's), so that every row can be checked before anything compiles."""
+    if cfg.checkpoint:
+        tokenizer = SpatialTokenizer.load(Path(cfg.checkpoint))
+        return tokenizer, image_config(load_config(cfg.checkpoint), cfg)
+    tokenizer = build_tokenizer(cfg.tokenizer_vocab_size)
+    return tokenizer, image_config(_tiny_config(cfg, tokenizer), cfg)
+
+
 def build_policy(cfg: PolicyConfig, mesh: jax.sharding.Mesh) -> Policy:
     """A Hugging Face checkpoint (its own tokenizer) or the tiny random policy with the local tokenizer."""
     if cfg.checkpoint:
@@ -80,10 +98,5 @@ def build_policy(cfg: PolicyConfig, mesh: jax.sharding.Mesh) -> Policy:
                                 moe_matmul=cfg.moe_matmul)
     else:
         tokenizer = build_tokenizer(cfg.tokenizer_vocab_size)
-        model_cfg = ModelConfig.tiny(
-            tokenizer.vocab_size, **tokenizer.model_token_ids(), lora=cfg.lora, num_hidden_layers=cfg.tiny_layers,
-            hidden_size=cfg.tiny_width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-        ).replace(remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
-                  attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl, moe_matmul=cfg.moe_matmul)
-        model = shard_model(Qwen3VL(model_cfg, rngs=nnx.Rngs(cfg.init_seed)), mesh)
+        model = shard_model(Qwen3VL(_tiny_config(cfg, tokenizer), rngs=nnx.Rngs(cfg.init_seed)), mesh)
     return Policy(model, tokenizer, image_config(model.cfg, cfg), mesh, trainable_filter(cfg))

@@ -21,8 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.config import ConfigError, to_dict
-from spatial_jax.data.pipeline import Batch, DataIterator, check_visuals, open_source
+from spatial_jax.data.pipeline import Batch, DataIterator, check_rows, check_visuals, open_source
+from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.sample import DatasetError
+from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.distributed import is_primary, primary_says
 from spatial_jax.eval.evaluate import evaluate
 from spatial_jax.interrupts import Interrupted, check
@@ -38,6 +40,7 @@ from spatial_jax.rl.dynamic_sampling import fill
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.metrics import MetricsWriter, ProgressBar
 from spatial_jax.rl.optim import lr_schedule
+from spatial_jax.rl.policy import policy_encoding
 from spatial_jax.rl.rollout_correction import CorrectionConfig, gap_metrics, rollout_correction
 from spatial_jax.rl.workspace import (
     Workspace,
@@ -82,16 +85,24 @@ def inputs(cfg: TrainConfig) -> dict[str, str]:
     return out
 
 
-def open_inputs(cfg: TrainConfig) -> None:
+def open_inputs(cfg: TrainConfig, encoding: tuple[SpatialTokenizer, PromptFormat, Any] | None = None) -> None:
     """Opens every source the job reads (a JSONL file is read, each row checked and its images and videos decoded),
-    so a broken one fails at start instead of after a stage; DatasetError names the key, the file and the line."""
+    so a broken one fails at start instead of after a stage; DatasetError names the key, the file and the line. With
+    `encoding` (the policy's tokenizer, the method's prompt format and the image settings) every row is encoded as its
+    batches will be and its token count held to the largest bucket (pipeline.check_rows)."""
     for key, spec in inputs(cfg).items():
         try:
             source = open_source(spec, cfg.data.synthetic, columns=cfg.data.columns, seed=cfg.data.seed)
             if len(source) == 0:
                 raise DatasetError(f"{spec} holds no sample")
-            if not spec.startswith("synthetic:"):  # drawn in memory: nothing to decode
+            if spec.startswith("synthetic:"):  # drawn in memory from the project's own short templates
+                continue
+            if encoding is None:
                 check_visuals(source, cfg.data.max_image_pixels)
+            else:
+                tok, fmt, image_cfg = encoding
+                sft = cfg.sft.steps > 0 and key == stage_data(cfg, "sft")[0]  # the longer of the two encodings
+                check_rows(source, tok, cfg.data, fmt, "sft" if sft else "rl", image_cfg)
         except DatasetError as e:
             raise DatasetError(f"{key}: {e}") from None
 
@@ -136,7 +147,8 @@ class Trainer(Workspace):
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
         batches that do not split among the processes."""
         check_resumable(self.cfg)
-        open_inputs(self.cfg)
+        tok, image_cfg = policy_encoding(self.cfg.policy)
+        open_inputs(self.cfg, (tok, self.cfg.plugin.prompt, image_cfg))
         check_host_split(self.cfg, jax.process_count())
         check_rollout_mode(self.cfg, jax.process_count())
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from spatial_jax.config import ConfigError
-from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.data.sample import DatasetError, Sample, regular_file
 from spatial_jax.data.sources import (
     conversation,
     easyr1,
@@ -84,6 +85,9 @@ def parse_spec(spec: str) -> Spec:
     return Spec(head, rest, "", columns)
 
 
+MIN_MIXTURE_SHARE = 1e-9
+
+
 def parse_mixture(body: str) -> list[tuple[float, str]]:
     """`W*SPEC|W*SPEC` -> [(weight, spec)]."""
     out = []
@@ -100,6 +104,12 @@ def parse_mixture(body: str) -> list[tuple[float, str]]:
         out.append((w, spec))
     if len(out) < 2:
         raise DatasetError(f"a mixture needs two or more parts, got {body!r}")
+    # a share too small to ever be drawn is refused here, not left to overflow in grain's scaling (see Mixture)
+    top = max(w for w, _ in out)
+    for (w, _), part in zip(out, body.split("|"), strict=True):
+        if not w / top >= MIN_MIXTURE_SHARE:
+            raise DatasetError(f"mixture part {part!r}: its weight is below {MIN_MIXTURE_SHARE:g} of the largest "
+                               "part's, so it would never be drawn; drop the part or raise its weight")
     return out
 
 
@@ -108,12 +118,20 @@ class Mixture(Sequence[Sample]):
     the same order, and any position is recomputed from its index (so the pipeline's checkpointed state resumes it).
     As grain mixes, the mixture ends where its first part runs out."""
 
-    def __init__(self, parts: list[tuple[float, Sequence[Sample]]], seed: int):
+    def __init__(self, parts: list[tuple[float, Sequence[Sample]]], seed: int, specs: Sequence[str] = ()):
         import grain
 
+        for k, (_, part) in enumerate(parts):
+            if not len(part):
+                raise DatasetError(f"mixture part {specs[k] if k < len(specs) else k!r} holds no rows")
         self.parts = parts
+        weights = [w for w, _ in parts]
+        # grain scales the weights by 100 / the smallest: where that overflows (1e-308, 1e308 beside 1e-3), they are
+        # taken relative to the largest first; elsewhere as given, so a mixture draws what it always drew
+        if not math.isfinite(max(weights) * (100 / min(weights))):
+            weights = [w / max(weights) for w in weights]
         self._ds = grain.MapDataset.mix([grain.MapDataset.source(p).shuffle(seed=seed + k)
-                                         for k, (_, p) in enumerate(parts)], [w for w, _ in parts])
+                                         for k, (_, p) in enumerate(parts)], weights)
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -149,15 +167,16 @@ def open_spec(spec: str, synthetic_cfg: Any = None, check_images: bool = True, c
 
         return read_jsonl(s.path, check_images=check_images)
     if s.format == "mix":
-        return Mixture([(w, open_spec(p, synthetic_cfg, check_images, columns, seed))
-                        for w, p in parse_mixture(s.path)], seed)
+        mixture = parse_mixture(s.path)
+        return Mixture([(w, open_spec(p, synthetic_cfg, check_images, columns, seed)) for w, p in mixture], seed,
+                       [p for _, p in mixture])
     cols = F.parse_columns((*columns, *s.columns))
     unknown = sorted(set(cols) - COLUMN_FIELDS)
     if unknown:
         raise DatasetError(f"data.columns names unknown fields {unknown}; known: {sorted(COLUMN_FIELDS)}")
     path = Path(s.path).expanduser()
-    if not path.exists():
-        raise DatasetError(f"{spec}: {path} does not exist")
+    if not path.is_dir():
+        regular_file(path, f"data source {spec!r}")
     return READERS[s.format](path, s.split, F.Context(cols, path, check_images))
 
 
@@ -170,7 +189,7 @@ def spec_digest(spec: str) -> str | None:
     if s.format == "synthetic":
         return None
     if s.format == "jsonl":
-        return sha256(s.path)
+        return sha256(regular_file(s.path))
     if s.format == "mix":
         parts = "|".join(f"{w}*{spec_digest(p)}" for w, p in parse_mixture(s.path))
         return hashlib.sha256(parts.encode()).hexdigest()

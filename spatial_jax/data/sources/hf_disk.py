@@ -14,6 +14,7 @@ from spatial_jax.data.sample import DatasetError
 from spatial_jax.data.sources import conversation, easyr1, stvqa7k, trl, verl
 from spatial_jax.data.sources import fields as F
 from spatial_jax.data.sources.rows import ArrowRows, Row, Source
+from spatial_jax.records import brief
 
 NAME = "hf-disk"
 LAYOUTS = ("verl", "stvqa7k", "conversation", "trl", "easyr1")
@@ -65,9 +66,17 @@ def layout_of(row: Row, forced: str = "") -> str:
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     folder = split_folder(Path(path), split)
     state = _read_json(folder / "state.json")
-    files = [folder / f.get("filename", "") for f in state.get("_data_files", []) if isinstance(f, dict)]
-    if not files:
+    listed = state.get("_data_files", [])
+    if not isinstance(listed, list) or not listed:
         raise DatasetError(f"{folder / 'state.json'}: lists no '_data_files'")
+    files = []
+    for entry in listed:
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            raise DatasetError(f"{folder / 'state.json'}: a '_data_files' entry names no file ({brief(repr(entry))})")
+        if Path(folder.resolve(), name).resolve().parent != folder.resolve():
+            raise DatasetError(f"{folder / 'state.json'}: names {name!r}, which is not a file in its own folder")
+        files.append(folder / name)
     for f in files:
         if not f.is_file():
             raise DatasetError(f"{folder / 'state.json'}: names {f.name}, which is missing")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from spatial_jax.data.jsonl import MalformedJSON, parse_line
-from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.data.sample import DatasetError, Sample, regular_file
 from spatial_jax.records import brief
 
 _WHITESPACE = np.array([9, 10, 13, 32], np.uint8)
@@ -283,12 +283,12 @@ def table(path: Path, split: str = "") -> Rows:
             if hits:
                 return table_of(hits)
         raise DatasetError(f"{path}: no parquet or JSON-lines files" + (f" of split {split!r}" if split else ""))
-    if not path.exists():
-        raise DatasetError(f"{path}: dataset file does not exist")
     return table_of([path])
 
 
 def table_of(files: Sequence[Path]) -> Rows:
+    for f in files:
+        regular_file(f)
     suffix = Path(files[0]).suffix
     if suffix == ".parquet":
         return ParquetRows(files)
