@@ -70,5 +70,5 @@ setup(
         "gpu": ["jax[cuda12]==0.10.2"],
         "tpu": ["jax[tpu]==0.10.2"],
     },
-    entry_points={"console_scripts": ["spatial-jax=spatial_jax.cli:main"]},
+    entry_points={"console_scripts": ["spatial-jax=spatial_jax.cli:entry"]},
 )

@@ -143,3 +143,23 @@ def test_outside_the_main_thread_raising_changes_nothing():
     t.start()
     t.join()
     assert seen == [(signal.getsignal(signal.SIGINT), sys.unraisablehook)]
+
+
+@pytest.mark.parametrize("status,left", [(130, "os._exit"), (143, "os._exit"), (0, "sys.exit"), (1, "sys.exit"),
+                                         (2, "sys.exit"), (137, "sys.exit")])
+def test_the_command_leaves_at_once_after_a_signal(status, left, monkeypatch):
+    """Issue 55 item 1: after SIGINT / SIGTERM (130 / 143) the process skips the interpreter's teardown, which
+    segfaulted; every other status goes through sys.exit as usual."""
+    import spatial_jax.cli as cli
+
+    flushed, exits = [], []
+    monkeypatch.setattr(cli, "main", lambda: status)
+    monkeypatch.setattr(cli.os, "_exit", lambda code: exits.append(("os._exit", code)))
+    monkeypatch.setattr(cli.sys.stdout, "flush", lambda: flushed.append("stdout"))
+    monkeypatch.setattr(cli.sys.stderr, "flush", lambda: flushed.append("stderr"))
+    try:
+        cli.entry()
+    except SystemExit as e:
+        exits.append(("sys.exit", e.code))
+    assert exits[0] == (left, status)
+    assert flushed == (["stdout", "stderr"] if left == "os._exit" else [])

@@ -18,11 +18,11 @@ import torch
 
 verl_rc = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper", reason="verl 0.9.1 is not installed")
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
-from test_rollout_correction import PINNED, one_row  # noqa: E402
+from test_rollout_correction import PINNED, jax_correction, one_row  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
 
 from spatial_jax.rl import losses  # noqa: E402
-from spatial_jax.rl.rollout_correction import CorrectionConfig, rollout_correction  # noqa: E402
+from spatial_jax.rl.rollout_correction import CorrectionConfig  # noqa: E402
 
 TOL = dict(rtol=1e-7, atol=1e-9)
 RS_OPTION = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1"}
@@ -60,12 +60,6 @@ def make(seed, b=8, t=24, spread=0.5, extreme=True, empty_row=False):
     return old, sampler, mask
 
 
-def ours(old, sampler, mask, cfg):
-    with jax.enable_x64(True):
-        w, m, metrics = rollout_correction(jnp.asarray(old), jnp.asarray(sampler), jnp.asarray(mask), cfg)
-        return np.asarray(w), np.asarray(m), {k: float(v) for k, v in metrics.items()}
-
-
 def verls(old, sampler, mask, cfg):
     """verl's weights (1 where TIS is off), modified response mask and metrics for the same settings."""
     rs_threshold = None
@@ -84,7 +78,7 @@ def verl_figure(name, cfg):
 
 
 def compare(old, sampler, mask, cfg):
-    w, m, metrics = ours(old, sampler, mask, cfg)
+    w, m, metrics = jax_correction(old, sampler, mask, cfg)
     vw, vm, vmetrics = verls(old, sampler, mask, cfg)
     np.testing.assert_allclose(w, vw, **TOL)
     np.testing.assert_array_equal(m, vm)
@@ -137,7 +131,7 @@ def test_the_stated_difference_shares_over_sequences_holding_a_token():
     old, sampler, mask = make(5, empty_row=True)
     rows, with_tokens = mask.shape[0], int(np.any(mask > 0, axis=1).sum())
     cfg = CorrectionConfig(tis="sequence", tis_threshold=1.5, mis="token", mis_upper=1.6, mis_lower=0.7)
-    w, m, metrics = ours(old, sampler, mask, cfg)
+    w, m, metrics = jax_correction(old, sampler, mask, cfg)
     vw, vm, vmetrics = verls(old, sampler, mask, cfg)
     np.testing.assert_allclose(w, vw, **TOL)
     np.testing.assert_array_equal(m, vm)
@@ -195,7 +189,7 @@ def test_corrected_loss_and_gradient_equal_verls(kind, aggregation, dual_clip, t
     ref = logp + rng.normal(0.0, 0.3, old.shape)
     entropy = rng.uniform(0.0, 2.0, old.shape)
     adv = rng.normal(0.0, 1.0, old.shape[0])
-    w, m, _ = ours(old, sampler, mask, ccfg)
+    w, m, _ = jax_correction(old, sampler, mask, ccfg)
     vw, vm, _ = verls(old, sampler, mask, ccfg)
     assert np.any(m != mask) or mis == "off"
     with jax.enable_x64(True):

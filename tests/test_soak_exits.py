@@ -1,12 +1,14 @@
-"""Issue 44, findings 5 and 6, repeated (marked `soak`: deselected from the suite, run by .ci/run as its own step):
-SIGINT in the first seconds of the RL stage ends the job with status 130 every time (never a segmentation fault
-while the interpreter exits), and a disk that fills during a checkpoint gives the one-line error and nothing else (no
-asyncio "Task exception was never retrieved" traceback), every time."""
+"""Issue 44, findings 5 and 6, and issue 55 item 1, repeated (marked `soak`: deselected from the suite, run by
+.ci/run as its own step): SIGINT or SIGTERM in the RL stage's first compile, step 0 or step 1 ends the job with status
+130 / 143 and one line every time (never a segmentation fault while the interpreter exits), for the tiny job and for
+the README main job, and a disk that fills during a checkpoint gives the one-line error and nothing else (no asyncio
+"Task exception was never retrieved" traceback), every time."""
 
 from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,6 +62,66 @@ def test_sigint_as_the_rl_stage_starts_exits_130(repeat, tmp_path):
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
     assert "Traceback" not in err and "Fatal Python error" not in err and "Exception ignored" not in err, err[-3000:]
     assert "spatial-jax train: interrupted" in err, err[-3000:]  # "at step 0 of the rl stage", or before it
+
+
+MAIN_REPEATS = 50
+MAIN_SPREAD = 20.0  # seconds after the RL stage starts: its programs compile, step 0 runs (~15 s here), step 1 begins
+
+
+@pytest.fixture(scope="module")
+def main_job_at_rl(tmp_path_factory):
+    """The README main job (configs/tiny_cpu.toml) with its SFT stage and first evaluation done, stopped as its RL
+    stage starts: each repeat resumes a copy straight into the RL stage."""
+    run = tmp_path_factory.mktemp("main_job") / "run"
+    proc, log = _start(run)
+    _await_rl(proc, log)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=300)
+    assert proc.returncode == 128 + signal.SIGINT and (run / "sft").is_dir(), log.read_text()[-3000:]
+    assert "interrupted at step 0 of the rl stage" in log.read_text(), log.read_text()[-3000:]
+    return run
+
+
+def _start(run: Path) -> tuple[subprocess.Popen, Path]:
+    """`spatial-jax train` on `run`, its standard error into a file beside it (read while it runs)."""
+    log = run.parent / f"{run.name}.{time.monotonic_ns()}.err"
+    # the environment a user's shell gives it: not the suite's 8 host devices nor its stand-in default config
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SPATIAL_JAX_DEFAULT_CONFIG")}
+    with open(log, "w") as err:
+        proc = subprocess.Popen([shutil.which("spatial-jax") or "spatial-jax", "train", "--config",
+                                 str(ROOT / "configs" / "tiny_cpu.toml"), f"run_dir={run}"],
+                                env=dict(env, PYTHONFAULTHANDLER="1"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                                preexec_fn=_default_sigint)
+    return proc, log
+
+
+def _await_rl(proc: subprocess.Popen, log: Path) -> None:
+    """Waits until the RL stage has started (its progress bar is drawn) or the job ended."""
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and "rl:" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("repeat", range(MAIN_REPEATS))
+def test_an_interrupt_in_the_main_jobs_first_rl_steps_exits_cleanly(main_job_at_rl, repeat, tmp_path):
+    """The console command as a user runs it (`spatial-jax train`), SIGINT and SIGTERM in turn, 0 to 20 s after
+    the RL stage starts; every fifth repeat's rerun resumes the same directory (its lock and state intact) and is
+    interrupted again."""
+    run = tmp_path / "run"
+    shutil.copytree(main_job_at_rl, run)
+    sig = signal.SIGINT if repeat % 2 == 0 else signal.SIGTERM
+    for attempt in range(2 if repeat % 5 == 0 else 1):
+        proc, log = _start(run)
+        _await_rl(proc, log)
+        time.sleep(MAIN_SPREAD * repeat / (MAIN_REPEATS - 1) if attempt == 0 else 1.0)
+        proc.send_signal(sig)
+        proc.wait(timeout=300)
+        err = log.read_text()
+        assert proc.returncode == 128 + sig, err[-3000:]
+        assert not any(bad in err for bad in ("Traceback", "Fatal Python error", "Exception ignored")), err[-3000:]
+        ours = [line for line in err.splitlines() if line.startswith("spatial-jax")]
+        assert len(ours) == 1 and ours[0].startswith("spatial-jax train: interrupted at step"), err[-3000:]
 
 
 def _small_files():

