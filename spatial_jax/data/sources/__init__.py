@@ -118,12 +118,9 @@ class Mixture(Sequence[Sample]):
     the same order, and any position is recomputed from its index (so the pipeline's checkpointed state resumes it).
     As grain mixes, the mixture ends where its first part runs out."""
 
-    def __init__(self, parts: list[tuple[float, Sequence[Sample]]], seed: int, specs: Sequence[str] = ()):
+    def __init__(self, parts: list[tuple[float, Sequence[Sample]]], seed: int):
         import grain
 
-        for k, (_, part) in enumerate(parts):
-            if not len(part):
-                raise DatasetError(f"mixture part {specs[k] if k < len(specs) else k!r} holds no rows")
         self.parts = parts
         weights = [w for w, _ in parts]
         # grain scales the weights by 100 / the smallest: where that overflows (1e-308, 1e308 beside 1e-3), they are
@@ -167,9 +164,13 @@ def open_spec(spec: str, synthetic_cfg: Any = None, check_images: bool = True, c
 
         return read_jsonl(s.path, check_images=check_images)
     if s.format == "mix":
-        mixture = parse_mixture(s.path)
-        return Mixture([(w, open_spec(p, synthetic_cfg, check_images, columns, seed)) for w, p in mixture], seed,
-                       [p for _, p in mixture])
+        parts = []
+        for w, p in parse_mixture(s.path):
+            part = open_spec(p, synthetic_cfg, check_images, columns, seed)
+            if not len(part):  # grain refuses it with a traceback
+                raise DatasetError(f"mixture part {p!r} holds no rows")
+            parts.append((w, part))
+        return Mixture(parts, seed)
     cols = F.parse_columns((*columns, *s.columns))
     unknown = sorted(set(cols) - COLUMN_FIELDS)
     if unknown:
