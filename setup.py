@@ -46,7 +46,7 @@ setup(
         "tensorboardX>=2.6",
         "tqdm>=4.66",
         "matplotlib>=3.8",
-        "pillow>=10",
+        "pillow>=10.1",
         # the benchmarks' published copies: parquet tables and mp4 videos
         "pyarrow>=15",
         "av>=12",

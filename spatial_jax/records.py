@@ -70,6 +70,9 @@ class Rollout:
     image_size: tuple[int, int] | None = None
     num_generated_tokens: int | None = None
     group: str | None = None
+    # "text": the gold is a short text scored by a normalised exact match (SPEC section 10); otherwise ("choice",
+    # "number" or "" unstated) the scorers read the gold as a letter, an option index or a number (SPEC 2, 5)
+    answer_type: str = ""
 
     @staticmethod
     def from_json(obj: Any) -> Rollout:
@@ -103,6 +106,7 @@ class Rollout:
             image_size=parse_image_size(obj.get("image_size")),
             num_generated_tokens=_opt_int(obj.get("num_generated_tokens"), "num_generated_tokens"),
             group=group,
+            answer_type=_answer_type(obj.get("answer_type"), obj.get("answer")),
         )
 
 
@@ -124,6 +128,16 @@ def _answer(x: Any) -> str | int | float | None:
     if not math.isfinite(_number(x, "answer")):
         raise RecordError(f"field 'answer' must be finite, got {x}")
     return x
+
+
+def _answer_type(x: Any, answer: Any) -> str:
+    if x is None or x in ("choice", "number"):
+        return x or ""
+    if x != "text":
+        raise RecordError(f"field 'answer_type' must be 'choice', 'number' or 'text', got {brief(x)}")
+    if not isinstance(answer, str) or not answer.strip():
+        raise RecordError(f"a text answer must be a non-empty string, got {brief(answer)}")
+    return "text"
 
 
 def _number(x: Any, field: str) -> float:

@@ -31,6 +31,16 @@ def lettered(s: Sample) -> str:
     return "\n".join(f"{LETTERS[k]}. {o}" for k, o in enumerate(s.options))
 
 
+def text_question(s: Sample) -> str:
+    """The question of `s` asked without its options, for a short text answer (SPEC section 10)."""
+    return s.question + " Answer with the word."
+
+
+def text_gold(s: Sample) -> str:
+    """The gold option's text, written as a person would (capitalised, a full stop)."""
+    return s.options[LETTERS.index(s.answer)].capitalize() + "."
+
+
 def cot(s: Sample) -> str:
     """A completion for the SFT stage: SpatialThinker's, whose `<answer>(B) below</answer>` tag also states the gold."""
     return s.reference["spatialthinker"]
@@ -69,12 +79,15 @@ def verl(root: Path, ss: list[Sample]):
 
 
 def easyr1(root: Path, ss: list[Sample]):
-    """JSON lines with image paths under an image_dir (EasyR1's data.image_dir); `<image>` marks the picture."""
+    """JSON lines with image paths under an image_dir (EasyR1's data.image_dir); `<image>` marks the picture; the
+    question in `problem`, as EasyR1's examples/config.yaml (prompt_key: problem) and hiyouga/geometry3k have it."""
     rows = []
     for i, s in enumerate(ss):
         _save(s.image, root / "media" / f"{i}.png")
-        rows.append({"id": f"e{i}", "prompt": "<image>" + s.question + "\n" + lettered(s), "answer": s.answer,
+        rows.append({"id": f"e{i}", "problem": "<image>" + s.question + "\n" + lettered(s), "answer": s.answer,
                      "images": [f"{i}.png"], "cot": cot(s)})
+    if len(ss) > 1:  # the first row asks for a short text answer, as geometry3k-style sets do
+        rows[0].update(problem="<image>" + text_question(ss[0]), answer=text_gold(ss[0]))
     _jsonl(rows, root / "train.jsonl")
     return f"easyr1:{root / 'train.jsonl'}?image_dir={root / 'media'}&reference=cot"
 
@@ -87,6 +100,9 @@ def trl(root: Path, ss: list[Sample]):
              "image": {"bytes": png(s.image), "path": None},
              "solution": f"<answer>{s.options[LETTERS.index(s.answer)]}</answer>", "cot": cot(s)}
             for i, s in enumerate(ss)]
+    if len(ss) > 1:  # TRL's vision sets keep a text gold in `solution` (a direction, an object name)
+        rows[0]["prompt"][0]["content"][1]["text"] = text_question(ss[0])
+        rows[0]["solution"] = f"<answer>{text_gold(ss[0])}</answer>"
     _parquet(rows, root / "data" / "train-00000-of-00001.parquet")
     return f"trl:{root}:train?reference=cot"
 

@@ -49,9 +49,12 @@ def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
     assert len(rows) == 2
     for row, s in zip(rows, samples):
         numeric = layout == "vsi590k" and row is rows[-1]
-        assert row["question"] == ("How many objects are in the room?" if numeric else s.question)
-        assert row["options"] == ([] if numeric else list(s.options))
-        assert row["answer"] == (2 if numeric else s.answer)
+        text = layout in ("easyr1", "trl") and row is rows[0]  # the writers' short text answer
+        assert row["question"] == ("How many objects are in the room?" if numeric else L.text_question(s) if text
+                                   else s.question)
+        assert row["options"] == ([] if numeric or text else list(s.options))
+        assert row["answer"] == (2 if numeric else L.text_gold(s) if text else s.answer)
+        assert row["answer_type"] == ("number" if numeric else "text" if text else "choice")
         if layout == "vsi590k":
             assert row["images"] == [] and row["video"] == {"frames": 4, "fps": 2.0}
         else:
@@ -63,7 +66,7 @@ def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
 def test_data_check_counts_rows(copies, capsys):
     assert main(["data", "check", copies["vsi590k"][0]]) == 0
     counts = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert counts == {"rows": 2, "ok": 2, "failed": 0, "multiple-choice": 1, "numeric": 1, "open": 0,
+    assert counts == {"rows": 2, "ok": 2, "failed": 0, "multiple-choice": 1, "numeric": 1, "text": 0,
                       "categories": {"object_counting": 1, "object_rel_direction_easy": 1}}
 
 
@@ -118,18 +121,20 @@ def test_check_names_each_broken_row_by_file_row_and_field(tmp_path, capsys):
     f = tmp_path / "m/raw/MindCube_train.jsonl"
     _rewrite_jsonl(f, 1, lambda r: r.pop("gt_answer"))
     cases.append((spec, f"{f}:2: missing field 'gt_answer'"))
-    spec = L.spar7m(tmp_path / "s", ss)  # an open-ended answer: counted as open, not trainable
+    spec = L.spar7m(tmp_path / "s", ss)  # a gold whose letter names one option and whose text another's
     f = tmp_path / "s/spar_train.jsonl"
-    _rewrite_jsonl(f, 0, lambda r: r.update(conversations=[{"from": "human", "value": "<image>\nDescribe it."},
-                                                           {"from": "gpt", "value": "a red cube"}]))
-    cases.append((spec, f"{f}:1: field 'conversations[gpt]' = 'a red cube' is an open-ended answer"))
+    options = "\n".join(f"{k}. {o}" for k, o in zip("ABCD", ss[0].options))
+    _rewrite_jsonl(f, 0, lambda r: r.update(conversations=[
+        {"from": "human", "value": "<image>\nWhere is it?\n" + options},
+        {"from": "gpt", "value": f"(A) {ss[0].options[1]}"}]))
+    cases.append((spec, f"{f}:1: field 'conversations[gpt]' = '(A) {ss[0].options[1]}' names option A, which reads "
+                        f"'{ss[0].options[0]}'"))
     for spec, expected in cases:
         assert main(["data", "check", spec]) == 1, spec
         out = capsys.readouterr().out.splitlines()
         counts = json.loads(out[0])
         assert counts["rows"] == 2 and counts["failed"] == 1, (spec, counts)
         assert len(out) == 2 and out[1].startswith(f"FAIL {expected}"), (out[1], expected)
-    assert json.loads(out[0])["open"] == 1
     # training refuses the same rows before anything compiles (the trainer's preflight reads every row)
     from spatial_jax import config as C
     from spatial_jax.rl.config import TrainConfig

@@ -1,12 +1,15 @@
-"""`spatial-jax data show SPEC` / `spatial-jax data check SPEC`: a dataset as training reads it.
+"""`spatial-jax data show SPEC` / `spatial-jax data check SPEC [data.KEY=VALUE ...]`: a dataset as training reads it.
 
 show: the first N rows, one JSON object each (--json) or one line each: id, question (as the model is shown it,
-without the options where the layout keeps them apart), options ([] when open-ended), answer (the gold as the reward
-reads it: an option letter or a number), images ([{width, height}]), video ({frames, fps} or null), and gt_boxes /
-scene where the row has them. check: reads every row and picture, prints the counts (rows, per category, multiple
-choice / numeric / open-ended) and one line per failing row naming its file, row and field.
+without the options where the layout keeps them apart), options ([] without), answer (the gold as the reward reads
+it: an option letter, a number or a short text) and answer_type, images ([{width, height}]), video ({frames, fps} or
+null), and gt_boxes / scene where the row has them. check: reads every row and picture as training does (within
+data.max_image_pixels; an id given twice is a bad row), prints the counts (rows, per category, multiple choice /
+numeric / text) and one line per failing row naming its file, row and field; with data.bad_rows=skip the rows
+training would skip, by reason, and a refusal where they are over data.max_bad_share, as training's.
 SPEC is any data source (data/sources: a JSONL path, FORMAT:PATH[:split], mix:...). Nothing is written.
-Exit status: 0, 1 for a row that cannot be read (check: any failing row), 2 for a bad argument.
+Exit status: 0, 1 for a row that cannot be read (check: any failing row that training would not skip, or an empty
+source), 2 for a bad argument.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if name == "show":
             q.add_argument("-n", type=int, default=5, help="rows to show (default 5)")
             q.add_argument("--json", action="store_true", help="one JSON object per row")
+        else:
+            q.add_argument("overrides", nargs="*", metavar="data.KEY=VALUE",
+                           help="data settings as training takes them (bad_rows, max_bad_share, max_image_pixels)")
 
 
 def _size(sample, ref) -> dict:
@@ -63,7 +69,8 @@ def _video(sample) -> dict | None:
 
 def row_view(sample) -> dict:
     out = {"id": sample.id, "question": sample.question, "options": list(sample.options),
-           "answer": sample.answer if sample.answer_type == "choice" else _plain(sample.answer),
+           "answer": _plain(sample.answer) if sample.answer_type == "number" else sample.answer,
+           "answer_type": sample.answer_type,
            "images": [_size(sample, r) for r in sample.image_refs], "video": _video(sample)}
     if sample.gt_boxes:
         out["gt_boxes"] = [{"bbox_2d": list(b.bbox), "label": b.label, "validity": b.validity}
@@ -83,6 +90,7 @@ def run(args) -> int:
 
     if args.action == "show" and args.n < 0:
         raise ConfigError(f"-n must be >= 0, got {args.n}")
+    data = data_settings(args.overrides) if args.action == "check" else None
     source = open_source(args.spec, columns=tuple(args.column), seed=args.seed)
     if args.action == "show":
         for i in range(min(args.n, len(source))):
@@ -95,33 +103,61 @@ def run(args) -> int:
                 opts = " | ".join(f"{chr(65 + k)}. {o}" for k, o in enumerate(view["options"]))
                 print(f"{view['id']}: {view['question']!r} {opts} -> {view['answer']} ({seen})")
         return 0
-    return check(source)
+    return check(source, data, not args.spec.startswith("mix:"))
 
 
-def check(source) -> int:
+KINDS = {"choice": "multiple-choice", "number": "numeric", "text": "text"}
+CHECK_KEYS = ("bad_rows", "max_bad_share", "max_image_pixels")
+
+
+def data_settings(overrides: list[str]):
+    """DataConfig with `data.KEY=VALUE` overrides of the keys `data check` applies; any other key is an error."""
+    from spatial_jax.config import ConfigError, apply_overrides, parse_overrides
+    from spatial_jax.data.pipeline import DataConfig
+
+    keys = parse_overrides(o.removeprefix("data.") for o in overrides)
+    unknown = sorted(k for k in keys if k not in CHECK_KEYS)
+    if unknown:
+        raise ConfigError(f"data check takes {['data.' + k for k in CHECK_KEYS]}, not {unknown}")
+    return apply_overrides(DataConfig(), keys)
+
+
+def check(source, data, unique_ids: bool = True) -> int:
     from spatial_jax.data.pipeline import load_visuals
     from spatial_jax.data.sample import DatasetError
-    from spatial_jax.data.sources.fields import OpenAnswer
+    from spatial_jax.data.screen import screen
 
     kinds, categories, failures = Counter(), Counter(), []
-    for i in range(len(source)):
-        try:
-            sample = source[i]
-            load_visuals(sample)
-        except OpenAnswer as e:
-            kinds["open"] += 1
-            failures.append(str(e))
-            continue
-        except DatasetError as e:
-            failures.append(str(e))
-            continue
-        kinds["multiple-choice" if sample.answer_type == "choice" else "numeric"] += 1
+
+    def read(sample):
+        load_visuals(sample, max_image_pixels=data.max_image_pixels)
+        kinds[KINDS[sample.answer_type]] += 1
         categories[sample.category or "(none)"] += 1
-    print(json.dumps({"rows": len(source), "ok": len(source) - len(failures), "failed": len(failures),
-                      "multiple-choice": kinds["multiple-choice"], "numeric": kinds["numeric"], "open": kinds["open"],
-                      "categories": dict(sorted(categories.items()))}))
+
+    skip = data.bad_rows == "skip"
+    refusal = None
+    try:
+        reasons = screen(source, read, "skip", data.max_bad_share if skip else 1.0, unique_ids=unique_ids,
+                         errors=failures)
+    except DatasetError as e:  # over data.max_bad_share: training refuses the source
+        refusal, reasons = str(e), Counter()
+    counts = {"rows": len(source), "ok": len(source) - len(failures), "failed": len(failures),
+              **{k: kinds[k] for k in KINDS.values()}, "categories": dict(sorted(categories.items()))}
+    if skip:
+        counts["skipped"] = dict(reasons.most_common()) if refusal is None else {}
+    print(json.dumps(counts))
     for message in failures:
         print(f"FAIL {' '.join(message.split())}")
-    if failures:
+    if not len(source):
+        print("spatial-jax data check: the source holds no row; training refuses it", file=sys.stderr)
+        return 1
+    if refusal is not None:
+        print(f"spatial-jax data check: {' '.join(refusal.split())}", file=sys.stderr)
+        return 1
+    if failures and not skip:
         print(f"spatial-jax data check: {len(failures)} of {len(source)} rows fail", file=sys.stderr)
-    return 1 if failures else 0
+        return 1
+    if failures:
+        print(f"spatial-jax data check: training skips {len(failures)} of {len(source)} rows (data.bad_rows=skip)",
+              file=sys.stderr)
+    return 0

@@ -16,6 +16,7 @@ completion and `<|im_end|>`, with loss_mask marking those completion tokens (com
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ from spatial_jax.data import prompts
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.sample import DatasetError, Sample
+from spatial_jax.data.screen import BAD_ROWS, screen, screened
 from spatial_jax.data.synthetic import SyntheticConfig
 from spatial_jax.data.tokenizer import VIDEO_PAD, SpatialTokenizer
 from spatial_jax.data.tool_turns import encode_target, sft_target
@@ -57,7 +59,10 @@ class DataConfig:
     question-answer-only cold start of its Table 4).
     bucket_lengths: the padded sequence lengths a batch may take (the smallest that fits its longest row); seed
     orders the training source (grain's index shuffle, reshuffled each epoch). max_image_pixels: larger image files
-    are refused from their header, before decoding (a decompression bomb); the default is PIL's own warning limit."""
+    are refused from their header, before decoding (a decompression bomb), and embedded ones once decoded; the default
+    is PIL's own warning limit. bad_rows: "fail" (a real source's first unreadable row stops the run, naming file, row
+    and field) or "skip" (such rows are dropped and counted by reason, data/screen.py), when at most max_bad_share of
+    the source's rows are bad."""
 
     train: str = "synthetic:train:1000"
     eval: str = "synthetic:heldout:200"
@@ -69,6 +74,8 @@ class DataConfig:
     seed: int = 0
     read_threads: int = 0
     max_image_pixels: int = 89_478_485
+    bad_rows: str = "fail"
+    max_bad_share: float = 0.01
 
     def __post_init__(self):
         lengths = self.bucket_lengths
@@ -77,6 +84,8 @@ class DataConfig:
         require("bucket_lengths", lengths, list(lengths) == sorted(set(lengths)), "be strictly increasing")
         check_range(self, "seed", 0, 2**32 - 1)  # grain's shuffle takes a uint32
         check_at_least(self, read_threads=0, max_image_pixels=1)
+        require("bad_rows", self.bad_rows, self.bad_rows in BAD_ROWS, f"be one of {BAD_ROWS}")
+        check_range(self, "max_bad_share", 0.0, 1.0)
         require("sft_targets", self.sft_targets, self.sft_targets in SFT_TARGETS, f"be one of {SFT_TARGETS}")
         for name in ("train", "eval"):
             require(name, getattr(self, name), bool(getattr(self, name)),
@@ -106,7 +115,7 @@ def train_iterator(
     if batch_size % processes:
         raise ValueError(f"{batch_size} rows do not split among {processes} processes")
     _, source = data.training_source(mode)
-    samples = open_source(source, data.synthetic, columns=data.columns, seed=data.seed)
+    samples = data_source(data, source)
     batches = make_dataset(samples, tokenizer, data, fmt, batch_size // processes, mode=mode, image_cfg=image_cfg)
     return DataIterator(batches if processes == 1 else batches[process::processes], data.read_threads)
 
@@ -119,7 +128,7 @@ def eval_iterator(
     image_cfg: Any = ImageProcessingConfig(),
 ) -> DataIterator:
     """The evaluation source once, in file order; the last batch may be smaller."""
-    samples = open_source(data.eval, data.synthetic, columns=data.columns, seed=data.seed)
+    samples = data_source(data, data.eval)
     return make_iterator(samples, tokenizer, data, fmt, batch_size, shuffle=False,
                          num_epochs=1, drop_remainder=False, image_cfg=image_cfg)
 
@@ -132,6 +141,16 @@ def open_source(spec: str, synthetic_cfg: Any = None, check_images: bool = True,
     from spatial_jax.data.sources import open_spec
 
     return open_spec(spec, synthetic_cfg, check_images, columns, seed)
+
+
+def source_key(data: DataConfig, spec: str) -> tuple:
+    """What names one opened source for its screening (data/screen.py): the spec and what changes its rows."""
+    return (spec, tuple(data.columns), data.seed)
+
+
+def data_source(data: DataConfig, spec: str) -> Sequence[Sample]:
+    """The samples of `spec` as data configures them: its columns and draw, without the rows screening dropped."""
+    return screened(open_source(spec, data.synthetic, columns=data.columns, seed=data.seed), source_key(data, spec))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,24 +240,24 @@ def load_visuals(sample: Sample, video_cfg: VideoProcessingConfig = VideoProcess
     return Visuals([], np.stack(frames), idx, float(v.fps), total)
 
 
-def check_visuals(source: Sequence[Sample], max_image_pixels: int | None = None) -> None:
-    """Decodes every image file and video of `source` once, as its batches will: one that cannot be read or decoded,
-    or is over max_image_pixels, fails now (a DatasetError naming the row and the file), not at the batch that first
-    reads it. Images held in memory (the synthetic world) need no decoding."""
-    for sample in source:
-        if sample.video is not None or any(isinstance(ref, str) for ref in sample.image_refs):
-            load_visuals(sample, max_image_pixels=max_image_pixels)
+def check_visuals(source: Sequence[Sample], data: DataConfig, key: tuple = (), unique_ids: bool = True) -> Counter:
+    """Decodes every picture and video of `source` once, as its batches will, within data.max_image_pixels, under
+    data.bad_rows (data/screen.py): a row that cannot be read is found now, naming its file and line, not at the
+    batch that first reads it. The counts of the rows skipped, by reason."""
+    return screen(source, lambda s: load_visuals(s, max_image_pixels=data.max_image_pixels), data.bad_rows,
+                  data.max_bad_share, key, unique_ids)
 
 
 def check_rows(source: Sequence[Sample], tokenizer: SpatialTokenizer, data: DataConfig, fmt: PromptFormat,
                mode: Literal["rl", "sft"], image_cfg: Any = ImageProcessingConfig(),
-               video_cfg: VideoProcessingConfig | None = None) -> None:
+               video_cfg: VideoProcessingConfig | None = None, key: tuple = (), unique_ids: bool = True) -> Counter:
     """Encodes every row of `source` as its batches will (pictures and video decoded within data.max_image_pixels and
-    preprocessed, the prompt and, in SFT, the target tokenized) and refuses, naming the row's file and line, one
-    that cannot be encoded or whose tokens do not fit the largest of data.bucket_lengths: found before the first
-    compile, not at the step that first draws the row."""
+    preprocessed, the prompt and, in SFT, the target tokenized) under data.bad_rows: a row that cannot be encoded or
+    whose tokens do not fit the largest of data.bucket_lengths is named by file and line before the first compile,
+    not at the step that first draws it. The counts of the rows skipped, by reason."""
     longest = max(data.bucket_lengths)
-    for sample in source:
+
+    def check(sample: Sample) -> None:
         example = encode_sample(sample, tokenizer, fmt, mode, image_cfg, max_image_pixels=data.max_image_pixels,
                                 video_cfg=video_cfg, method_targets=data.sft_targets == "method")
         n = len(example.input_ids)
@@ -246,6 +265,8 @@ def check_rows(source: Sequence[Sample], tokenizer: SpatialTokenizer, data: Data
             what = "prompt, pictures and SFT target" if mode == "sft" else "prompt and pictures"
             raise sample.error(f"{n} tokens ({what}; {example.prompt_length} in the prompt) do not fit the largest "
                                f"of data.bucket_lengths, {longest}: add a longer bucket or drop the row")
+
+    return screen(source, check, data.bad_rows, data.max_bad_share, key, unique_ids)
 
 
 def encode_visuals(sample: Sample, vis: Visuals, image_cfg: Any, video_cfg: VideoProcessingConfig,

@@ -24,7 +24,8 @@ from spatial_jax.records import (
 
 ImageRef = str | np.ndarray
 
-ANSWER_TYPES = ("choice", "number")
+ANSWER_TYPES = ("choice", "number", "text")
+MAX_TEXT_ANSWER = 200  # characters: a short answer (a word, a direction, an object name), SPEC section 10
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -98,7 +99,8 @@ class Sample:
     image: a path (absolute, or resolved against the JSONL file's folder by the reader) or an RGB uint8 array.
     images: several such images, in the order the prompt shows them (multi-view questions); `image` is then None.
     video: a `Video`; `image` is then None.
-    answer: the gold option letter ("choice") or a number ("number", scored by MRA).
+    answer: the gold option letter ("choice"), a number ("number", scored by MRA) or a short text ("text", scored by a
+    normalised exact match: SPEC section 10).
     image_size: (width, height) of the image, or of the first image or video frame; the SpatialThinker prompt
     states it and pixel boxes refer to it.
     gt_boxes: pseudo-ground-truth boxes in the [0, 1000] normalised frame with validity v in [0, 1] (SpatialCORE);
@@ -146,6 +148,13 @@ class Sample:
             valid = LETTERS[: len(self.options)]
             if not isinstance(self.answer, str) or self.answer not in valid:
                 raise DatasetError(f"answer must be one of the option letters {list(valid)}, got {brief(self.answer)}")
+        elif self.answer_type == "text":
+            if not isinstance(self.answer, str) or not self.answer.strip():
+                raise DatasetError(f"a text answer must be a non-empty string, got {brief(self.answer)}")
+            if len(self.answer) > MAX_TEXT_ANSWER:
+                raise DatasetError(f"a text answer is a short answer of at most {MAX_TEXT_ANSWER} characters, got "
+                                   f"{len(self.answer)} ({brief(self.answer)}); a free-form text is scored by no "
+                                   "reward of this project")
         else:
             if isinstance(self.answer, bool) or not isinstance(self.answer, (int, float)):
                 raise DatasetError(f"a numeric sample needs a number as answer, got {brief(self.answer)}")
@@ -164,9 +173,11 @@ class Sample:
 
     @property
     def answer_text(self) -> str:
-        """`(B) left` for a choice (SpatialThinker's gold form), the number as written otherwise."""
+        """`(B) left` for a choice (SpatialThinker's gold form), a text gold as given, the number as written."""
         if self.answer_type == "choice":
             return f"({self.answer}) {self.options[LETTERS.index(self.answer)]}"
+        if self.answer_type == "text":
+            return self.answer
         return format_number(float(self.answer))
 
     def to_rollout(
@@ -184,6 +195,7 @@ class Sample:
             question=self.question,
             options=self.options,
             answer=self.answer,
+            answer_type=self.answer_type,
             gt_boxes=self.gt_boxes,
             trace=trace,
             scene=self.scene,
@@ -210,8 +222,12 @@ class Sample:
         return [self.load_ref(ref, max_pixels) for ref in self.image_refs]
 
     def load_ref(self, ref: ImageRef, max_pixels: int | None = None, what: str = "image") -> np.ndarray:
-        """One image (or video frame) file or array of this sample, errors naming the row and the file."""
+        """One image (or video frame) file or array of this sample, errors naming the row and the file; either over
+        max_pixels is refused (an embedded picture as a file is: data.max_image_pixels bounds every picture)."""
         if isinstance(ref, np.ndarray):
+            if max_pixels is not None and ref.ndim >= 2 and ref.shape[0] * ref.shape[1] > max_pixels:
+                raise self.error(f"embedded {what} of {ref.shape[1]}x{ref.shape[0]} = {ref.shape[0] * ref.shape[1]} "
+                                 f"pixels, over data.max_image_pixels = {max_pixels}")
             return ref
         from PIL import Image
 
@@ -407,6 +423,10 @@ def _str_field(obj: dict, key: str) -> str:
 
 
 def _answer(raw: Any, answer_type: str, options: list[str]) -> str | float:
+    if answer_type == "text":
+        if not isinstance(raw, str):
+            raise DatasetError(f"field 'answer' of a text answer must be a string, got {brief(raw)}")
+        return raw.strip()
     if answer_type == "number":
         if isinstance(raw, str):
             try:

@@ -29,6 +29,7 @@ from spatial_jax.config import check_at_least, check_non_negative, check_range, 
 from spatial_jax.records import Rollout
 from spatial_jax.rewards import parse_harness
 from spatial_jax.rewards.advantages import AdvantageConfig
+from spatial_jax.rewards.text import short_answer_score
 
 # Qwen tokenizers split numbers into single digits: words, digits and punctuation marks each count as one.
 _TOKEN_ESTIMATE = re.compile(r"\d|[^\W\d]+|[^\w\s]")
@@ -115,7 +116,10 @@ def structure_score(h: parse_harness.ParsedHarness, cfg: AlloSpatialConfig) -> f
 
 
 def raw_accuracy(answer_text: str | None, rollout: Rollout, cfg: AlloSpatialConfig) -> float:
-    """Ungated accuracy of the `<Answer>` content: MRA for a numeric gold, exact letter otherwise."""
+    """Ungated accuracy of the `<Answer>` content: MRA for a numeric gold, a text gold's normalised match (numbers
+    on both sides by MRA, SPEC section 10), exact letter otherwise."""
+    if rollout.answer_type == "text":
+        return short_answer_score(answer_text, rollout.answer, lambda p, g: mra(p, g, cfg.mra_thresholds))
     gold = parse_harness.read_gold(rollout.answer, rollout.options)
     if answer_text is None or gold is None:
         return 0.0
@@ -182,7 +186,8 @@ def score(rollout: Rollout, cfg: AlloSpatialConfig = AlloSpatialConfig()) -> dic
         "view_calls": float(len(h.calls("view"))),
         "malformed_calls": float(h.n_malformed),
         "answer_parsed": float(h.answer is not None),
-        "gold_resolved": float(parse_harness.read_gold(rollout.answer, rollout.options) is not None),
+        "gold_resolved": float(rollout.answer_type == "text"
+                               or parse_harness.read_gold(rollout.answer, rollout.options) is not None),
     }
 
 

@@ -65,6 +65,15 @@ class ParsedThink:
         tail = self.after_think.strip()
         return self.think_close_count == 1 and len(tail) == 1 and "A" <= tail <= "Z"
 
+    @property
+    def well_formed_text_tail(self) -> bool:
+        """A text gold's form (SPEC section 10): exactly one `</think>`, followed by a one-line answer."""
+        tail = self.after_think.strip()
+        return self.think_close_count == 1 and bool(tail) and "\n" not in tail
+
+    def well_formed(self, text_gold: bool) -> bool:
+        return self.well_formed_text_tail if text_gold else self.well_formed_tail
+
 
 def _label_text(raw: str) -> str:
     try:

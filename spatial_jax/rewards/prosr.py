@@ -18,7 +18,8 @@ from spatial_jax.config import check_at_least, check_non_negative, check_positiv
 from spatial_jax.records import Rollout, TokenTrace
 from spatial_jax.rewards._host import bucket, host_float64
 from spatial_jax.rewards.advantages import AdvantageConfig
-from spatial_jax.rewards.parse_think import ParsedThink, parse_think, resolve_gold
+from spatial_jax.rewards.parse_think import ParsedThink, final_answer, parse_think, resolve_gold
+from spatial_jax.rewards.text import normalise_short_answer, short_answer_score
 from spatial_jax.rewards.uncertainty import read_entropies
 
 
@@ -130,6 +131,24 @@ def _pad(rows: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray
     return out, np.array([len(r) for r in rows], np.int32)
 
 
+def _accuracy(ro: Rollout, p: ParsedThink, text_gold: bool) -> float:
+    """R_acc: the parsed letter against the gold letter, or a text gold's normalised match (SPEC section 10)."""
+    if not p.closed:
+        return 0.0
+    if text_gold:
+        return short_answer_score(final_answer(ro.completion), ro.answer)
+    gold = resolve_gold(ro.answer, ro.options)
+    return 1.0 if gold is not None and p.answer == gold else 0.0
+
+
+def _same_answer(ro: Rollout, p: ParsedThink, blank: ParsedThink, text_gold: bool) -> bool:
+    """Whether the image-blind rollout reached the same final answer (eq. 9 applies only then)."""
+    if not text_gold:
+        return p.answer is not None and p.answer == blank.answer
+    mine, theirs = final_answer(ro.completion), final_answer(ro.blank.completion)
+    return mine is not None and theirs is not None and normalise_short_answer(mine) == normalise_short_answer(theirs)
+
+
 def score_batch(rollouts: Sequence[Rollout], cfg: ProSRConfig = ProSRConfig()) -> list[dict[str, float]]:
     """Eq. 11 for many rollouts; the trajectory terms of the whole batch are one jitted call."""
     n = len(rollouts)
@@ -154,12 +173,11 @@ def score_batch(rollouts: Sequence[Rollout], cfg: ProSRConfig = ProSRConfig()) -
     out = []
     for i, ro in enumerate(rollouts):
         p, b = parsed[i], blanks[i]
-        gold = resolve_gold(ro.answer, ro.options)
-        r_acc = 1.0 if p.closed and gold is not None and p.answer == gold else 0.0
-        r_fmt = 1.0 if p.well_formed_tail else 0.0
+        text_gold = ro.answer_type == "text"
+        r_acc, r_fmt = _accuracy(ro, p, text_gold), float(p.well_formed(text_gold))
         drift_on = p.closed and le[i] >= cfg.min_span_tokens
         cf_on = drift_on and b is not None and b.closed and lb[i] >= cfg.min_span_tokens
-        same = cf_on and p.answer is not None and p.answer == b.answer
+        same = cf_on and _same_answer(ro, p, b, text_gold)
         r_cf = -float(np.clip((s_cf[i] - cfg.tau_cf) / (1.0 - cfg.tau_cf), 0.0, 1.0)) if same else 0.0  # eq. 9
         h_e, h_m, h_l = (float(x) for x in means[i])
         delta = max(0.0, h_l - h_m - cfg.margin)
@@ -185,8 +203,8 @@ def score_batch(rollouts: Sequence[Rollout], cfg: ProSRConfig = ProSRConfig()) -
                 has_blank=float(b is not None),
                 think_closed=float(p.closed),
                 answer_parsed=float(p.answer is not None),
-                gold_resolved=float(gold is not None),
-                well_formed=float(p.well_formed_tail),
+                gold_resolved=float(text_gold or resolve_gold(ro.answer, ro.options) is not None),
+                well_formed=float(p.well_formed(text_gold)),
             )
         )
     return out

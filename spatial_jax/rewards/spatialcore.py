@@ -20,8 +20,8 @@ from spatial_jax.rewards._host import bucket, host_float64
 from spatial_jax.rewards.advantages import AdvantageConfig
 from spatial_jax.rewards.geometry import pairwise_iou
 from spatial_jax.rewards.matching import max_weight_matching
-from spatial_jax.rewards.parse_think import ParsedBox, ParsedThink, parse_think, resolve_gold
-from spatial_jax.rewards.text import label_similarity, normalise_label, words
+from spatial_jax.rewards.parse_think import ParsedBox, ParsedThink, final_answer, parse_think, resolve_gold
+from spatial_jax.rewards.text import label_similarity, normalise_label, short_answer_score, words
 from spatial_jax.rewards.uncertainty import pack_rollout_boxes
 
 
@@ -120,10 +120,11 @@ def gated_spatial(r_ans: float, r_spatial: float, cfg: SpatialCOREConfig) -> flo
 
 
 def format_term(parsed: ParsedThink, has_gt: bool, question: str, options: Sequence[str],
-                cfg: SpatialCOREConfig) -> float:
-    """3.2.2 / A.4, already scaled: 0 unless the tail is one `</think>` + one capital letter; repeats cost,
-    a relevant box attempt earns a bonus; floored at format_floor (SPEC 2)."""
-    if not parsed.well_formed_tail:
+                cfg: SpatialCOREConfig, text_gold: bool = False) -> float:
+    """3.2.2 / A.4, already scaled: 0 unless the tail is one `</think>` + one capital letter (a text gold: + a
+    one-line answer, SPEC section 10); repeats cost, a relevant box attempt earns a bonus; floored at format_floor
+    (SPEC 2)."""
+    if not parsed.well_formed(text_gold):
         return 0.0
     seen_labels: set[str] = set()
     seen_boxes: set[tuple[int, ...]] = set()
@@ -257,10 +258,14 @@ def batch_uncertainty(
 
 def _score_one(ro: Rollout, parsed: ParsedThink, valid: Sequence[ParsedBox], h: np.ndarray, has: np.ndarray,
                cfg: SpatialCOREConfig) -> dict[str, float]:
-    gold = resolve_gold(ro.answer, ro.options)
+    text_gold = ro.answer_type == "text"
+    gold = ro.answer if text_gold else resolve_gold(ro.answer, ro.options)
     closed = parsed.closed
-    r_ans = 1.0 if closed and gold is not None and parsed.answer == gold else 0.0
-    fmt = format_term(parsed, len(ro.gt_boxes) > 0, ro.question, ro.options, cfg) if closed else 0.0
+    if text_gold:
+        r_ans = short_answer_score(final_answer(ro.completion), gold) if closed else 0.0
+    else:
+        r_ans = 1.0 if closed and gold is not None and parsed.answer == gold else 0.0
+    fmt = format_term(parsed, len(ro.gt_boxes) > 0, ro.question, ro.options, cfg, text_gold) if closed else 0.0
     sp = spatial_reward(valid, h, ro, cfg) if closed else no_spatial()  # truncated: R_spatial = 0
     gated = gated_spatial(r_ans, sp["r_spatial"], cfg)
     n_h = int(np.sum(has))
@@ -285,7 +290,7 @@ def _score_one(ro: Rollout, parsed: ParsedThink, valid: Sequence[ParsedBox], h: 
         think_close_count=float(parsed.think_close_count),
         answer_parsed=float(parsed.answer is not None),
         gold_resolved=float(gold is not None),
-        well_formed=float(parsed.well_formed_tail),
+        well_formed=float(parsed.well_formed(text_gold)),
     )
 
 

@@ -141,11 +141,14 @@ def score(rollout: Rollout, cfg: SpatialThinkerConfig = SpatialThinkerConfig()) 
     parsed = parse_scene.parse(rollout.completion)
     ref = reference(rollout)
     fmt = float(parsed.format_ok)
-    gold = parse_scene.gold_option(rollout.answer, rollout.options)
+    text_gold = rollout.answer_type == "text"
+    gold = rollout.answer if text_gold else parse_scene.gold_option(rollout.answer, rollout.options)
     count = accuracy = spatial = 0.0
     if parsed.format_ok:
         count = count_score(len(parsed.objects), len(ref.labels), len(parsed.relationships), ref.n_relations, cfg)
-        accuracy = float(parse_scene.answer_matches(parsed.answer, gold))
+        # a text gold is matched by SPEC section 10's normalised form; an option by SPEC 4 A
+        accuracy = (text.short_answer_score(parsed.answer, gold) if text_gold
+                    else float(parse_scene.answer_matches(parsed.answer, gold)))
         if accuracy == 1.0 or not cfg.spatial_requires_correct:
             size = image_size(rollout)
             spatial = spatial_score(

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spatial_jax.config import ConfigError, to_dict
-from spatial_jax.data.pipeline import Batch, DataIterator, check_rows, check_visuals, open_source
+from spatial_jax.data.pipeline import Batch, DataIterator, check_rows, check_visuals, open_source, source_key
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.data.tokenizer import SpatialTokenizer
@@ -85,11 +85,14 @@ def inputs(cfg: TrainConfig) -> dict[str, str]:
     return out
 
 
-def open_inputs(cfg: TrainConfig, encoding: tuple[SpatialTokenizer, PromptFormat, Any] | None = None) -> None:
+def open_inputs(cfg: TrainConfig, encoding: tuple[SpatialTokenizer, PromptFormat, Any] | None = None
+                ) -> dict[str, dict[str, int]]:
     """Opens every source the job reads (a JSONL file is read, each row checked and its images and videos decoded),
     so a broken one fails at start instead of after a stage; DatasetError names the key, the file and the line. With
     `encoding` (the policy's tokenizer, the method's prompt format and the image settings) every row is encoded as its
-    batches will be and its token count held to the largest bucket (pipeline.check_rows)."""
+    batches will be and its token count held to the largest bucket (pipeline.check_rows). Under data.bad_rows =
+    "skip", the rows dropped, by key and reason."""
+    skipped = {}
     for key, spec in inputs(cfg).items():
         try:
             source = open_source(spec, cfg.data.synthetic, columns=cfg.data.columns, seed=cfg.data.seed)
@@ -97,14 +100,19 @@ def open_inputs(cfg: TrainConfig, encoding: tuple[SpatialTokenizer, PromptFormat
                 raise DatasetError(f"{spec} holds no sample")
             if spec.startswith("synthetic:"):  # drawn in memory from the project's own short templates
                 continue
+            screen_key, unique = source_key(cfg.data, spec), not spec.startswith("mix:")
             if encoding is None:
-                check_visuals(source, cfg.data.max_image_pixels)
+                reasons = check_visuals(source, cfg.data, screen_key, unique)
             else:
                 tok, fmt, image_cfg = encoding
                 sft = cfg.sft.steps > 0 and key == stage_data(cfg, "sft")[0]  # the longer of the two encodings
-                check_rows(source, tok, cfg.data, fmt, "sft" if sft else "rl", image_cfg)
+                reasons = check_rows(source, tok, cfg.data, fmt, "sft" if sft else "rl", image_cfg, key=screen_key,
+                                     unique_ids=unique)
+            if reasons:
+                skipped[key] = dict(reasons.most_common())
         except DatasetError as e:
             raise DatasetError(f"{key}: {e}") from None
+    return skipped
 
 
 def check_host_split(cfg: TrainConfig, processes: int) -> None:
@@ -142,19 +150,24 @@ class Trainer(Workspace):
         # one_step_off with old_logp = trainer: by step, a copy of the trainable weights its rollouts are sampled
         # from (one copy of the trainable state more), for the gap's split into numerics and staleness
         self.behaviour: dict[int, Any] = {}
+        self.skipped_rows: dict[str, dict[str, int]] = {}  # data.bad_rows = "skip": by key and reason (preflight)
 
     def preflight(self) -> None:
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
         batches that do not split among the processes."""
         check_resumable(self.cfg)
         tok, image_cfg = policy_encoding(self.cfg.policy)
-        open_inputs(self.cfg, (tok, self.cfg.plugin.prompt, image_cfg))
+        self.skipped_rows = open_inputs(self.cfg, (tok, self.cfg.plugin.prompt, image_cfg))
+        for key, reasons in self.skipped_rows.items():
+            print(f"{key}: skipping {sum(reasons.values())} bad rows (data.bad_rows=skip): {reasons}", flush=True)
         check_host_split(self.cfg, jax.process_count())
         check_rollout_mode(self.cfg, jax.process_count())
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         results: dict[str, Any] = {"run_dir": str(self.run_dir), "method": cfg.method}
+        if self.skipped_rows:
+            results["skipped_rows"] = self.skipped_rows
         with jax.set_mesh(self.mesh):
             if cfg.sft.steps > 0:
                 self.sft()

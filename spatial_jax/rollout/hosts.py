@@ -20,7 +20,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, make_iterator, open_source, train_iterator
+from spatial_jax.data.pipeline import Batch, DataConfig, DataIterator, data_source, make_iterator, train_iterator
 from spatial_jax.data.prompts import PromptFormat
 from spatial_jax.data.tokenizer import SpatialTokenizer
 from spatial_jax.distributed import allgather_bytes, allgather_json, allgather_rows
@@ -69,7 +69,7 @@ class HostShare:
                       max_samples: int, image_cfg: Any) -> Iterable[Batch]:
         """This process's share of the held-out samples (data.eval; the first max_samples of them, or all), in file
         order, in batches of its share of batch_size."""
-        source = open_source(data.eval, data.synthetic, columns=data.columns, seed=data.seed)
+        source = data_source(data, data.eval)
         own = self.share(min(len(source), max_samples) if max_samples else len(source))
         if not own:
             return []

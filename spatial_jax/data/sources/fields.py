@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from spatial_jax.data.sample import LETTERS, DatasetError, Sample, Video, not_a_file
+from spatial_jax.data.sample import LETTERS, MAX_TEXT_ANSWER, DatasetError, Sample, Video, not_a_file
 from spatial_jax.data.sources.rows import Row, ZipFiles
 from spatial_jax.records import brief
 
@@ -41,10 +41,6 @@ class Context:
     @property
     def media_root(self) -> Path:
         return Path(self.columns["image_dir"]) if "image_dir" in self.columns else self.base
-
-
-class OpenAnswer(DatasetError):
-    """A row whose gold is free text: counted as open-ended by `spatial-jax data check`, unusable for training."""
 
 
 def parse_columns(entries) -> dict[str, str]:
@@ -103,33 +99,61 @@ def option_texts(row: Row, raw: Any, field: str) -> tuple[str, ...]:
     return tuple(re.sub(r"^\s*\(?[A-Z][.):]\s+", "", o).strip() for o in raw)
 
 
+_LETTER_FORM = re.compile(r"\(?([A-Z])\)?(?:[.):]?\s+(.*?))?\.?", re.S)
+
+
 def gold(row: Row, raw: Any, options: tuple[str, ...], field: str) -> tuple[str | float, str]:
-    """(answer, answer_type) as the rewards read it: an option letter when there are options (given as a letter,
-    `(B) text`, `B. text`, an index or the option's text), else a number. A gold that names no option, or an
-    open-ended text (no reward of this project scores free text), is an error naming the field."""
+    """(answer, answer_type) as the rewards read it. With options, an option letter: the option whose text the gold
+    is (numbers compare as numbers), else the letter the gold writes (`B`, `(B)`, `B. text`, whose text must then be
+    option B's); an integer is never read as an index here (a layout whose golds are indices turns them into
+    letters first, as omnispatial_train.py does).
+    Without options, a number ("number", scored by MRA) or else a short text ("text", SPEC section 10). A gold
+    naming no option, a letter whose text is another option's, or a text that several options share is an error
+    naming the field."""
     if isinstance(raw, str):
         m = re.search(r"<answer>(.*?)</answer>", raw, re.S)
         raw = (m.group(1) if m else raw).strip()
     if options:
-        if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < len(options):
-            return LETTERS[raw], "choice"
-        if isinstance(raw, str):
-            m = re.fullmatch(r"\(?([A-Z])\)?(?:[.):]?\s+(.*))?\.?", raw, re.S)
-            if m and m.group(1) in LETTERS[: len(options)]:
-                return m.group(1), "choice"
-            plain = raw.strip().rstrip(".").lower()
-            hits = [k for k, o in enumerate(options) if o.strip().rstrip(".").lower() == plain]
-            if len(hits) == 1:
-                return LETTERS[hits[0]], "choice"
-        raise row.error(f"field '{field}' = {brief(raw)} is none of the {len(options)} options {brief(list(options))}")
+        return _option_gold(row, raw, options, field), "choice"
     number = _number(raw)
     if number is None:
-        raise OpenAnswer(f"{row.where}: field '{field}' = {brief(raw)} is an open-ended answer (neither an option "
-                         "nor a number); no reward of this project scores free text")
+        if not isinstance(raw, str) or not raw:
+            raise row.error(f"field '{field}' = {brief(raw)} is no answer (an option, a number or a short text)")
+        if len(raw) > MAX_TEXT_ANSWER:
+            raise row.error(f"field '{field}' = {brief(raw)} is a text of {len(raw)} characters; a text gold is a "
+                            f"short answer of at most {MAX_TEXT_ANSWER} (SPEC section 10); no reward scores free text")
+        return raw, "text"
     if not math.isfinite(number) or number == 0:
         raise row.error(f"field '{field}' = {brief(raw)}: a numeric gold must be finite and non-zero (MRA divides "
                         "by it)")
     return number, "number"
+
+
+def _same_text(a: str, b: str) -> bool:
+    """Two answers written the same (case, whitespace, a closing full stop aside), numbers by value."""
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None:
+        return na == nb
+    return " ".join(a.lower().split()).rstrip(".") == " ".join(b.lower().split()).rstrip(".")
+
+
+def _option_gold(row: Row, raw: Any, options: tuple[str, ...], field: str) -> str:
+    where = f"field '{field}' = {brief(raw)}"
+    if isinstance(raw, (int, float, str)) and not isinstance(raw, bool):
+        hits = [k for k, o in enumerate(options) if _same_text(str(raw), o)]
+        if len(hits) == 1:
+            return LETTERS[hits[0]]
+        if len(hits) > 1:
+            raise row.error(f"{where} is the text of options {', '.join(LETTERS[k] for k in hits)}, which read the "
+                            "same; the gold cannot say which")
+    if isinstance(raw, str):
+        m = _LETTER_FORM.fullmatch(raw)
+        if m and m.group(1) in LETTERS[: len(options)]:
+            k = LETTERS.index(m.group(1))
+            if m.group(2) and not _same_text(m.group(2), options[k]):
+                raise row.error(f"{where} names option {m.group(1)}, which reads {brief(options[k])}")
+            return m.group(1)
+    raise row.error(f"{where} is none of the {len(options)} options {brief(list(options))}")
 
 
 def _number(raw: Any) -> float | None:
@@ -154,12 +178,16 @@ def media(row: Row, value: Any, field: str, ctx: Context, what: str = "image") -
         return decode(row, bytes(value), field, what)
     if not isinstance(value, str) or not value:
         raise row.error(f"field '{field}' holds no {what} (bytes or a path), got {brief(value)}")
-    if ctx.members is not None:
+    if ctx.members is not None and ".." not in Path(value).parts:
         name = ctx.prefix + value.lstrip("/")
         try:
             return decode(row, ctx.members.read(name), field, what)
         except KeyError:
             raise row.error(f"field '{field}': {ctx.members.path} has no member {name}") from None
+    if not Path(value).is_absolute() and ".." in Path(value).parts:
+        # a relative path is the copy's own file; one climbing out of the media folder reads another's
+        raise row.error(f"field '{field}': {what} path {value!r} leaves the folder it is relative to "
+                        f"({ctx.media_root}); give an absolute path or data.columns image_dir")
     path = Path(value) if Path(value).is_absolute() else ctx.media_root / value
     if ctx.check and not path.is_file():
         raise row.error(f"field '{field}': {what} {path} {not_a_file(path)}")

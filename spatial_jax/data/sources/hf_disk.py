@@ -2,7 +2,7 @@
 such folder per split), read with pyarrow alone: `state.json` lists the Arrow files (`_data_files`, IPC streams),
 memory-mapped. The rows keep the columns of the set that was saved, so they are read by the layout those columns
 name: verl's (`reward_model`), STVQA-7K's (`answer_option_text`), LLaVA conversations (`conversations`), TRL's
-(`prompt` a chat list) or EasyR1's (`prompt` a string); `data.columns` layout=<name> says it outright.
+(`prompt` a chat list) or EasyR1's (`problem`); `data.columns` layout=<name> says it outright.
 Columns: the chosen layout's."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def layout_of(row: Row, forced: str = "") -> str:
         return "conversation"
     if isinstance(data.get("prompt"), list):
         return "trl"
-    if isinstance(data.get("prompt"), str):
+    if isinstance(data.get("problem"), str) or isinstance(data.get("prompt"), str):
         return "easyr1"
     raise row.error(f"columns {sorted(data)} match no known layout; name one with data.columns layout=<one of "
                     f"{list(LAYOUTS)}>")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 import threading
 import zipfile
 from collections import OrderedDict
@@ -246,16 +247,18 @@ class JsonLines(Rows):
             self._fd = os.open(self.path, os.O_RDONLY)
         start = int(self.starts[i])
         end = int(self.starts[i + 1]) if i + 1 < len(self) else self.size  # blank lines between are whitespace
-        raw = os.pread(self._fd, end - start, start)
-        where = f"{self.path}:{int(self.lines[i])}"
-        if raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        try:
-            return Row(parse_line(raw.decode("utf-8")), where, i)
-        except UnicodeDecodeError as e:
-            raise DatasetError(f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
-        except MalformedJSON as e:
-            raise DatasetError(f"{where}: {e}") from None
+        return line_row(os.pread(self._fd, end - start, start), f"{self.path}:{int(self.lines[i])}", i)
+
+
+def line_row(raw: bytes, where: str, i: int) -> Row:
+    """One JSON line's Row (a leading byte-order mark dropped); not UTF-8 or not JSON is one line naming `where`."""
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return Row(parse_line(raw.decode("utf-8")), where, i)
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})") from None
+    except MalformedJSON as e:
+        raise DatasetError(f"{where}: {e}") from None
 
 
 def json_list(path: Path) -> ListRows:
@@ -271,19 +274,50 @@ def json_list(path: Path) -> ListRows:
     return ListRows(data, Path(path))
 
 
-def table(path: Path, split: str = "") -> Rows:
+_SPLIT_PATTERNS = ("data/{}-*.parquet", "{}-*.parquet", "{}.parquet", "{}.jsonl", "{}.json", "{}/*.parquet")
+# the split names a Hub folder's files or subfolders are named by (`data/train-00000-of-00001.parquet`, `val.jsonl`)
+_SPLIT_NAME = re.compile(r"(train|training|val|valid|validation|dev|test|eval|evaluation)(?:-\d+-of-\d+)?")
+
+
+def splits_in(folder: Path) -> list[str]:
+    """The split names a folder's row files (or its `data/` folder's, or its subfolders of parquet) are named by."""
+    found = set()
+    for f in [*folder.glob("*"), *folder.glob("data/*.parquet")]:
+        m = _SPLIT_NAME.fullmatch(f.name.split(".")[0]) if f.is_file() and f.suffix in (".parquet", ".jsonl", ".json") \
+            else _SPLIT_NAME.fullmatch(f.name) if f.is_dir() and any(f.glob("*.parquet")) else None
+        if m:
+            found.add(m.group(1))
+    return sorted(found)
+
+
+def table(path: Path, split: str = "", default: str = "") -> Rows:
     """A file or folder of rows by its kind: parquet (a file, or a folder's `*.parquet`, `data/<split>-*.parquet`
-    as the Hub lays splits out), `.jsonl`, `.json` (a list, or JSON lines), `.arrow`."""
+    as the Hub lays splits out), `.jsonl`, `.json` (a list, or JSON lines), `.arrow`. A folder's rows are those of
+    `split` (else `default`) where its files are named by splits; a split the folder does not have is refused naming
+    the ones it has (never every file's rows), and so is a folder whose unnamed rows are both parquet and JSON lines
+    (one kind would be ignored)."""
     path = Path(path)
-    if path.is_dir():
-        for pattern in ((f"data/{split}-*.parquet", f"{split}-*.parquet", f"{split}.parquet", f"{split}.jsonl",
-                         f"{split}.json", f"{split}/*.parquet") if split else ()) + (
-                            "data/*.parquet", "*.parquet", "*.jsonl"):
-            hits = sorted(path.glob(pattern))
-            if hits:
-                return table_of(hits)
-        raise DatasetError(f"{path}: no parquet or JSON-lines files" + (f" of split {split!r}" if split else ""))
-    return table_of([path])
+    if not path.is_dir():
+        return table_of([path])
+    wanted = split or default
+    for pattern in _SPLIT_PATTERNS if wanted else ():
+        hits = sorted(path.glob(pattern.format(wanted)))
+        if hits:
+            return table_of(hits)
+    named = splits_in(path)
+    if split or named:
+        raise DatasetError(f"{path}: no split {wanted!r}; the copy's files name "
+                           + (f"the splits {named}: give one as FORMAT:PATH:<split>" if named
+                              else "no split: give the folder without one, or a file"))
+    for pattern in ("data/*.parquet", "*.parquet", "*.jsonl"):
+        hits = sorted(path.glob(pattern))
+        if hits:
+            others = sorted(path.glob("*.jsonl" if pattern.endswith("parquet") else "*.parquet"))
+            if others:
+                raise DatasetError(f"{path}: holds both parquet ({hits[0].name}, ...) and JSON-lines "
+                                   f"({others[0].name}, ...) files, and one kind would be ignored: name the file")
+            return table_of(hits)
+    raise DatasetError(f"{path}: no parquet or JSON-lines files")
 
 
 def table_of(files: Sequence[Path]) -> Rows:
@@ -344,6 +378,54 @@ class ZipFiles:
 
     def open_text(self, name: str) -> io.TextIOWrapper:
         return io.TextIOWrapper(io.BytesIO(self.read(name)), encoding="utf-8-sig")
+
+
+def apple_metadata(name: str) -> bool:
+    """A zip entry or file macOS added beside the data: under `__MACOSX/`, or an AppleDouble `._name`."""
+    parts = name.split("/")
+    return "__MACOSX" in parts or parts[-1].startswith("._")
+
+
+def locate(folder: Path, patterns: tuple[str, ...], what: str) -> Path:
+    """The one file the first matching pattern finds in `folder` (macOS metadata passed over); an error naming the
+    candidates when it finds several, or the patterns when none finds any."""
+    for pattern in patterns:
+        hits = sorted(p for p in folder.glob(pattern)
+                      if p.is_file() and not apple_metadata(p.relative_to(folder).as_posix()))
+        if len(hits) > 1:
+            raise DatasetError(f"{folder}: holds {len(hits)} copies of {what} ({', '.join(map(str, hits))}); "
+                               "give the one to read")
+        if hits:
+            return hits[0]
+    raise DatasetError(f"{folder}: none of {list(patterns)} ({what})")
+
+
+class ZipLines(Rows):
+    """The JSON lines of one zip member, read whole when first asked for (MindCube's training file: some ten thousand
+    rows) and parsed a row at a time, each named `archive:member:line`."""
+
+    def __init__(self, members: ZipFiles, name: str):
+        self.members, self.name, self.files = members, name, (str(members.path),)
+        self._lines: list[bytes] | None = None
+        self.numbers = [k + 1 for k, line in enumerate(self._read()) if line.strip()]
+
+    def _read(self) -> list[bytes]:
+        if self._lines is None:
+            self._lines = self.members.read(self.name).removeprefix(b"\xef\xbb\xbf").split(b"\n")
+        return self._lines
+
+    def __getstate__(self):  # a worker process reads the member again
+        return {**self.__dict__, "_lines": None}
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __getitem__(self, i):
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        number = self.numbers[i]
+        return line_row(self._read()[number - 1], f"{self.members.path}:{self.name}:{number}", i)
 
 
 class Source(Sequence[Sample]):
