@@ -74,6 +74,9 @@ def verl(root: Path, ss: list[Sample]):
              "extra_info": {"split": "train", "index": i, "answer": s.answer,
                             "question": s.question + "\n" + lettered(s), "cot": cot(s)}}
             for i, s in enumerate(ss)]
+    if len(ss) > 1:  # verl's RLHFDataset takes a row with no images as a text prompt
+        rows[-1]["images"] = []
+        rows[-1]["prompt"][0]["content"] = rows[-1]["prompt"][0]["content"].removeprefix("<image>")
     _parquet(rows, root / "train.parquet")
     return f"verl:{root / 'train.parquet'}?reference=extra_info.cot"
 

@@ -249,3 +249,61 @@ def test_training_skips_the_screened_rows_and_refuses_over_the_share(tmp_path):
         open_inputs(C.load(TrainConfig, None, [*base, "data.bad_rows=skip"]))
     with pytest.raises(DatasetError, match=r"data.train: .*train.jsonl:21: missing field 'answer'"):
         open_inputs(C.load(TrainConfig, None, base))
+
+
+# --- text-only rows train beside image rows ---------------------------------------------------------------------
+
+def _text_only_copy(root: Path) -> str:
+    """EasyR1 JSON lines mixing image rows with text-only ones (`images: []`, or no images value at all), as verl's
+    and EasyR1's RLHFDataset accept them (a row without the image key is a text prompt); text golds on the latter."""
+    ss = L.samples(2)
+    rows = []
+    for i, s in enumerate(ss):
+        L._save(s.image, root / f"{i}.png")
+        rows.append({"id": f"i{i}", "problem": "<image>" + s.question + "\n" + L.lettered(s), "answer": s.answer,
+                     "images": [f"{i}.png"], "cot": L.cot(s)})
+    talk = ('<observe>no picture</observe><scene>{"objects": [], "relationships": []}</scene><think>snow is white'
+            "</think><answer>white</answer>")
+    rows.append({"id": "t0", "problem": "What colour is snow? One word.", "answer": "White", "images": [], "cot": talk})
+    rows.append({"id": "t1", "problem": "What colour is fresh snow?", "answer": "white", "cot": talk})
+    L._jsonl(rows, root / "train.jsonl")
+    return f"easyr1:{root / 'train.jsonl'}?reference=cot"
+
+
+def test_text_only_rows_are_read_and_counted(tmp_path, capsys):
+    spec = _text_only_copy(tmp_path)
+    rows = _rows(spec, capsys)
+    assert [len(r["images"]) for r in rows] == [1, 1, 0, 0] and [r["video"] for r in rows] == [None] * 4
+    assert [r["answer_type"] for r in rows[2:]] == ["text", "text"]
+    rc, counts, _, _ = _check(spec, capsys)
+    assert rc == 0 and counts["text-only"] == 2 and counts["text"] == 2
+
+
+def test_text_only_rows_train_and_evaluate_in_batches_with_image_rows(tmp_path):
+    """1 SFT + 1 GRPO step and an evaluation, every batch holding all four rows (two with no vision tokens), under
+    SpatialThinker, whose prompt states an image size a text-only row does not have."""
+    from spatial_jax import config as C
+    from spatial_jax.rl.config import TrainConfig
+    from spatial_jax.rl.train import train
+
+    spec = _text_only_copy(tmp_path)
+    cfg = C.load(TrainConfig, None, [
+        f"run_dir={tmp_path / 'run'}", "method=spatialthinker", "sft.steps=1", "sft.batch_size=4", "rl.steps=1",
+        "rl.prompts_per_step=4", "rl.group_size=2", "rl.sampling.max_new_tokens=8", "eval.after_sft=false",
+        "eval.after_rl=true", f"data.train={spec}", f"data.eval={spec}", "tensorboard=false", "progress=false",
+        "export_hf=false"])
+    result = train(cfg)
+    assert result["after_rl"]["n"] == 4
+    for stage in ("sft", "rl"):
+        (row,) = [json.loads(x) for x in (tmp_path / "run" / stage / "metrics.jsonl").read_text().splitlines()]
+        assert row["step"] == 1 and np.isfinite(row["loss"])
+
+
+def test_a_text_only_row_round_trips_through_the_projects_jsonl(tmp_path):
+    from spatial_jax.data.jsonl import read_jsonl
+
+    (sample,) = [s for s in open_spec(_text_only_copy(tmp_path)) if s.id == "t0"]
+    (tmp_path / "rows.jsonl").write_text(json.dumps(sample.to_json()) + "\n")
+    (back,) = read_jsonl(tmp_path / "rows.jsonl")
+    assert (back.image, back.images, back.video) == (None, (), None)
+    assert (back.question, back.answer, back.answer_type) == (sample.question, "White", "text")

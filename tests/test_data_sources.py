@@ -57,6 +57,8 @@ def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
         assert row["answer_type"] == ("number" if numeric else "text" if text else "choice")
         if layout == "vsi590k":
             assert row["images"] == [] and row["video"] == {"frames": 4, "fps": 2.0}
+        elif layout == "verl" and row is rows[-1]:  # the writer's text-only row
+            assert row["images"] == [] and row["video"] is None
         else:
             assert row["images"] == [{"width": 96, "height": 96}] * (2 if layout == "mindcube-train" else 1)
             assert row["video"] is None
@@ -66,7 +68,7 @@ def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
 def test_data_check_counts_rows(copies, capsys):
     assert main(["data", "check", copies["vsi590k"][0]]) == 0
     counts = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert counts == {"rows": 2, "ok": 2, "failed": 0, "multiple-choice": 1, "numeric": 1, "text": 0,
+    assert counts == {"rows": 2, "ok": 2, "failed": 0, "multiple-choice": 1, "numeric": 1, "text": 0, "text-only": 0,
                       "categories": {"object_counting": 1, "object_rel_direction_easy": 1}}
 
 

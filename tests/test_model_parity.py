@@ -72,6 +72,27 @@ def test_text_batch_logits(pair):
     assert max_err_real(got, ref, mask) < TOL
 
 
+def test_batch_mixing_a_text_only_row_with_an_image_row(pair):
+    """A row with no vision tokens beside one with an image (verl's, EasyR1's and TRL's sets mix them): positions as
+    HF's get_rope_index gives them, logits as HF's."""
+    variant, hf, ours = pair
+    ids, mask, pixels, grids = image_batch(variant)
+    n0 = int(grids[0].prod()) // 4
+    rng = np.random.default_rng(3)
+    ids[1], mask[1] = rng.integers(20, 100, ids.shape[1]), 1  # row 1: text only, unpadded
+    mask[1, :2] = 0
+    grids, pixels = grids[:1], pixels[: int(grids[0].prod())]
+    assert (ids[1] == IMG).sum() == 0 and (ids[0] == IMG).sum() == n0
+    pos, deltas = ours.get_rope_index(ids, grids, mask)
+    ref_pos, ref_deltas = hf.model.get_rope_index(
+        torch.from_numpy(ids), mm_token_type_ids=torch.from_numpy((ids == IMG).astype(np.int64)),
+        image_grid_thw=torch.from_numpy(grids), attention_mask=torch.from_numpy(mask))
+    np.testing.assert_array_equal(pos, ref_pos.numpy())
+    np.testing.assert_array_equal(deltas, ref_deltas.numpy()[:, 0])
+    ref = hf_logits(hf, ids, mask, pos, pixels, grids)
+    assert max_err_real(forward(ours, ids, mask, pixels, grids, positions=pos), ref, mask) < TOL
+
+
 def test_hidden_and_head(pair):
     _, _, ours = pair
     ids, mask = text_batch()

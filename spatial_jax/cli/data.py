@@ -5,8 +5,8 @@ without the options where the layout keeps them apart), options ([] without), an
 it: an option letter, a number or a short text) and answer_type, images ([{width, height}]), video ({frames, fps} or
 null), and gt_boxes / scene where the row has them. check: reads every row and picture as training does (within
 data.max_image_pixels; an id given twice is a bad row), prints the counts (rows, per category, multiple choice /
-numeric / text) and one line per failing row naming its file, row and field; with data.bad_rows=skip the rows
-training would skip, by reason, and a refusal where they are over data.max_bad_share, as training's.
+numeric / text, rows without pictures) and one line per failing row naming its file, row and field; with
+data.bad_rows=skip the rows training would skip, by reason, and a refusal where they are over data.max_bad_share.
 SPEC is any data source (data/sources: a JSONL path, FORMAT:PATH[:split], mix:...). Nothing is written.
 Exit status: 0, 1 for a row that cannot be read (check: any failing row that training would not skip, or an empty
 source), 2 for a bad argument.
@@ -132,6 +132,7 @@ def check(source, data, unique_ids: bool = True) -> int:
     def read(sample):
         load_visuals(sample, max_image_pixels=data.max_image_pixels)
         kinds[KINDS[sample.answer_type]] += 1
+        kinds["text-only"] += sample.text_only
         categories[sample.category or "(none)"] += 1
 
     skip = data.bad_rows == "skip"
@@ -142,7 +143,8 @@ def check(source, data, unique_ids: bool = True) -> int:
     except DatasetError as e:  # over data.max_bad_share: training refuses the source
         refusal, reasons = str(e), Counter()
     counts = {"rows": len(source), "ok": len(source) - len(failures), "failed": len(failures),
-              **{k: kinds[k] for k in KINDS.values()}, "categories": dict(sorted(categories.items()))}
+              **{k: kinds[k] for k in KINDS.values()}, "text-only": kinds["text-only"],
+              "categories": dict(sorted(categories.items()))}
     if skip:
         counts["skipped"] = dict(reasons.most_common()) if refusal is None else {}
     print(json.dumps(counts))

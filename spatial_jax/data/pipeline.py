@@ -185,6 +185,11 @@ class Visuals:
         return listed_second_per_grid(self.frame_indices, self.fps, temporal_patch_size)
 
     @property
+    def any(self) -> bool:
+        """Whether there is a picture at all (a text-only row has none)."""
+        return bool(self.images) or self.frames is not None
+
+    @property
     def first(self) -> np.ndarray:
         return self.images[0] if self.frames is None else self.frames[0]
 
@@ -274,6 +279,9 @@ def encode_visuals(sample: Sample, vis: Visuals, image_cfg: Any, video_cfg: Vide
                    ) -> tuple[np.ndarray, np.ndarray, list[int], list[str], np.ndarray]:
     """(pixel_values, item grids [items, 3], tokens per image, the video's placeholder text ([] without one),
     each item's second_per_grid [items] float32)."""
+    if not vis.any:  # a text-only row: no patches, no vision tokens
+        width = 3 * image_cfg.temporal_patch_size * image_cfg.patch_size ** 2  # RGB
+        return np.zeros((0, width), np.float32), np.zeros((0, 3), np.int64), [], [], np.zeros(0, np.float32)
     try:
         if vis.frames is None:
             pixel_values, grid = preprocess_fn(vis.images, image_cfg)
@@ -352,7 +360,7 @@ def encode_sample(
     sample's reference completion even where the method builds its own SFT target (DataConfig.sft_targets)."""
     video_cfg = video_config(image_cfg, video_cfg)
     vis = load_visuals(sample, video_cfg, max_image_pixels)
-    if sample.image_size is None:  # SpatialThinker states the size its pixel boxes refer to; scorers read it too
+    if sample.image_size is None and vis.any:  # SpatialThinker states the size its boxes refer to; scorers read it
         first = vis.first
         sample = dataclasses.replace(sample, image_size=(int(first.shape[1]), int(first.shape[0])))
     pixel_values, grid_thw, image_tokens, placeholders, seconds = encode_visuals(sample, vis, image_cfg, video_cfg,

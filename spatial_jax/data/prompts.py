@@ -83,7 +83,7 @@ def user_text(sample: Sample, fmt: PromptFormat) -> str:
     """The question, its lettered options (or a benchmark's own layout of both), and (SpatialThinker) the stated
     image size its pixel boxes refer to."""
     lines = []
-    if fmt.states_image_size:
+    if fmt.states_image_size and (sample.image_refs or sample.video is not None):  # a text-only row has no size
         if sample.image_size is None:
             raise ValueError(f"sample {sample.id}: this prompt states the image size, which is unknown")
         w, h = sample.image_size

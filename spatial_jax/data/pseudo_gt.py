@@ -478,7 +478,7 @@ def annotate(samples: Sequence[Sample], out: str | Path, detector: Detector,
              done: Collection[str] = frozenset(), progress: bool = True) -> dict[str, int]:
     """Appends each sample not in `done` to `out`, in input order, with its pseudo-GT boxes (label = phrase) and, in
     meta["pseudo_gt"], its phrases (the extractor's, through `clean_phrases`) and the threshold; flushes after every
-    batch. A sample without phrases gets no boxes and costs no detector call. Returns counts."""
+    batch. A sample without phrases, or without a picture, gets no boxes and costs no detector call. Returns counts."""
     from tqdm import tqdm
 
     out = Path(out)
@@ -491,7 +491,7 @@ def annotate(samples: Sequence[Sample], out: str | Path, detector: Detector,
         for start in range(0, len(todo), cfg.batch_size):
             batch = todo[start: start + cfg.batch_size]
             phrases = [clean_phrases(extractor(s.question, s.options)) for s in batch]
-            asked = [i for i, ps in enumerate(phrases) if ps]
+            asked = [i for i, ps in enumerate(phrases) if ps and not batch[i].text_only]  # no picture: no boxes
             images = {i: batch[i].load_image(cfg.max_image_pixels) for i in asked}
             found = detector(list(images.values()), [phrases[i] for i in asked]) if asked else []
             for i, s in enumerate(batch):

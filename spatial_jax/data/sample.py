@@ -94,7 +94,8 @@ class Video:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sample:
-    """One question about one image, several images, or a video: exactly one of `image`, `images`, `video` is set.
+    """One question about one image, several images, or a video (at most one of `image`, `images`, `video` is set;
+    none: a text-only row, trained with no vision tokens).
 
     image: a path (absolute, or resolved against the JSONL file's folder by the reader) or an RGB uint8 array.
     images: several such images, in the order the prompt shows them (multi-view questions); `image` is then None.
@@ -134,8 +135,8 @@ class Sample:
     def __post_init__(self):
         given = [name for name, v in (("image", self.image is not None), ("images", bool(self.images)),
                                       ("video", self.video is not None)) if v]
-        if len(given) != 1:
-            raise DatasetError(f"a sample needs exactly one of 'image', 'images' or 'video', got {given or 'none'}")
+        if len(given) > 1:  # none is a text-only row, as verl's, EasyR1's and TRL's vision sets mix them in
+            raise DatasetError(f"a sample has at most one of 'image', 'images' or 'video', got {given}")
         if not isinstance(self.images, tuple):
             object.__setattr__(self, "images", tuple(self.images))
         if self.answer_type not in ANSWER_TYPES:
@@ -166,6 +167,11 @@ class Sample:
     def image_refs(self) -> tuple[ImageRef, ...]:
         """The sample's images in prompt order: (image,) or images; () for a video."""
         return (self.image,) if self.image is not None else self.images
+
+    @property
+    def text_only(self) -> bool:
+        """No image, images or video: the prompt has no vision tokens."""
+        return not self.image_refs and self.video is None
 
     @property
     def answer_letter(self) -> str | None:
@@ -214,7 +220,8 @@ class Sample:
         DatasetError naming the row and the image. Only for a single-image sample (see load_images)."""
         if self.image is None:
             raise self.error("this step takes one image per sample; the sample holds "
-                             + (f"{len(self.images)} images" if self.images else "a video"))
+                             + (f"{len(self.images)} images" if self.images else "a video" if self.video is not None
+                                else "none (a text-only row)"))
         return self.load_ref(self.image, max_pixels)
 
     def load_images(self, max_pixels: int | None = None) -> list[np.ndarray]:
@@ -259,7 +266,7 @@ class Sample:
             out["images"] = list(self.images)
         elif self.video is not None:
             out["video"] = self.video.to_json()
-        else:
+        elif self.image is not None:  # a text-only row writes no picture field
             if image_path is None:
                 if not isinstance(self.image, str):
                     raise DatasetError(f"sample {self.id}: an in-memory image needs an image_path to be written")
@@ -294,18 +301,17 @@ class Sample:
             if key not in obj:
                 raise DatasetError(f"missing field '{key}'")
         visual = [k for k in ("image", "images", "video") if k in obj]
-        if len(visual) != 1:
-            raise DatasetError("a row needs exactly one of the fields 'image', 'images' or 'video'"
-                               + (f", got {visual}" if visual else ""))
+        if len(visual) > 1:  # none: a text-only row
+            raise DatasetError(f"a row has at most one of the fields 'image', 'images' or 'video', got {visual}")
         sid = obj["id"]
         if isinstance(sid, bool) or not isinstance(sid, (str, int)):
             raise DatasetError(f"field 'id' must be a string or an integer, got {brief(sid)}")
         image, images, video = None, (), None
-        if visual[0] == "image":
+        if visual == ["image"]:
             image = _file(_str_field(obj, "image"), "image", base_dir, check_image)
-        elif visual[0] == "images":
+        elif visual == ["images"]:
             images = _files(obj["images"], "images", base_dir, check_image)
-        else:
+        elif visual == ["video"]:
             video = _video(obj["video"], base_dir, check_image)
         question = _str_field(obj, "question")
         options = obj.get("options", [])

@@ -27,6 +27,8 @@ def convert(row: Row, ctx: F.Context, name: str, fields: dict):
     reply = turn(row, col["conversations"], "gpt")
     if row.get(col["video"]) is not None:
         images, clip = (), F.video(row, row.get(col["video"]), col["video"], ctx)
+    elif row.get(col["image"]) in (None, []):  # LLaVA's text-only conversations
+        images, clip = (), None
     else:
         images, clip = F.media_list(row, row.need(col["image"]), col["image"], ctx), None
     return F.sample(row, sid=row.get(col["id"], f"{name}-{row.index}"), question=question, options=options,

@@ -235,8 +235,6 @@ def sample(row: Row, *, sid: Any, question: str, options: tuple[str, ...], answe
            meta: dict | None = None) -> Sample:
     """The Sample of one row; its origin names the row for every later message."""
     letter, kind = gold(row, answer, options, answer_field)
-    if not pictures and clip is None:
-        raise row.error("the row has no image and no video")
     try:
         return Sample(
             id=str(sid), image=pictures[0] if len(pictures) == 1 else None, question=question,

@@ -21,13 +21,14 @@ FIELDS = {"prompt": "prompt", "image": "image", "images": "images", "answer": "s
 def convert(row: Row, ctx: F.Context):
     col = {k: ctx.col(k, v) for k, v in FIELDS.items()}
     question, options = F.split_options(F.strip_markers(verl.user_text(row, col["prompt"])))
-    key = col["images"] if row.get(col["images"]) is not None else col["image"]
+    key = col["images"] if row.get(col["images"]) not in (None, []) else col["image"]
+    pictures = () if row.get(key) in (None, []) else F.media_list(row, row.need(key), key, ctx)  # none: text-only
     answer = col["answer"]
     if row.get(answer) is None and "answer" not in ctx.columns and row.get("answer") is not None:
         answer = "answer"
     return F.sample(row, sid=row.get(col["id"], f"{NAME}-{row.index}"), question=question, options=options,
                     answer=row.need(answer, (str, int, float)), answer_field=answer,
-                    pictures=F.media_list(row, row.need(key), key, ctx), category=str(row.get(col["category"], "")),
+                    pictures=pictures, category=str(row.get(col["category"], "")),
                     reference=row.get(col["reference"]) if col["reference"] else None)
 
 

@@ -40,9 +40,12 @@ def user_text(row: Row, field: str) -> str:
 
 
 def pictures(row: Row, ctx: F.Context, images: str, videos: str):
-    """(images, video) of a row that holds either."""
-    if row.get(videos) is not None:
+    """(images, video) of a row; ((), None) for a text-only row (no value, or an empty list, in either column), which
+    verl's and EasyR1's RLHFDataset take as a prompt without pictures."""
+    if row.get(videos) not in (None, []):
         return (), F.video(row, row.get(videos), videos, ctx)
+    if row.get(images) in (None, []):
+        return (), None
     return F.media_list(row, row.need(images), images, ctx), None
 
 
