@@ -253,7 +253,7 @@ def test_training_skips_the_screened_rows_and_refuses_over_the_share(tmp_path):
 
 # --- text-only rows train beside image rows ---------------------------------------------------------------------
 
-def _text_only_copy(root: Path) -> str:
+def text_only_copy(root: Path, bad: bool = False) -> str:
     """EasyR1 JSON lines mixing image rows with text-only ones (`images: []`, or no images value at all), as verl's
     and EasyR1's RLHFDataset accept them (a row without the image key is a text prompt); text golds on the latter."""
     ss = L.samples(2)
@@ -266,12 +266,14 @@ def _text_only_copy(root: Path) -> str:
             "</think><answer>white</answer>")
     rows.append({"id": "t0", "problem": "What colour is snow? One word.", "answer": "White", "images": [], "cot": talk})
     rows.append({"id": "t1", "problem": "What colour is fresh snow?", "answer": "white", "cot": talk})
+    if bad:
+        rows.append({"id": "t2", "problem": "What colour is coal?", "cot": talk})  # no gold
     L._jsonl(rows, root / "train.jsonl")
     return f"easyr1:{root / 'train.jsonl'}?reference=cot"
 
 
 def test_text_only_rows_are_read_and_counted(tmp_path, capsys):
-    spec = _text_only_copy(tmp_path)
+    spec = text_only_copy(tmp_path)
     rows = _rows(spec, capsys)
     assert [len(r["images"]) for r in rows] == [1, 1, 0, 0] and [r["video"] for r in rows] == [None] * 4
     assert [r["answer_type"] for r in rows[2:]] == ["text", "text"]
@@ -279,30 +281,19 @@ def test_text_only_rows_are_read_and_counted(tmp_path, capsys):
     assert rc == 0 and counts["text-only"] == 2 and counts["text"] == 2
 
 
-def test_text_only_rows_train_and_evaluate_in_batches_with_image_rows(tmp_path):
-    """1 SFT + 1 GRPO step and an evaluation, every batch holding all four rows (two with no vision tokens), under
-    SpatialThinker, whose prompt states an image size a text-only row does not have."""
-    from spatial_jax import config as C
-    from spatial_jax.rl.config import TrainConfig
-    from spatial_jax.rl.train import train
+def test_spatialthinker_states_no_image_size_for_a_text_only_row(tmp_path):
+    from spatial_jax.data.prompts import SCENE_GRAPH, user_text
 
-    spec = _text_only_copy(tmp_path)
-    cfg = C.load(TrainConfig, None, [
-        f"run_dir={tmp_path / 'run'}", "method=spatialthinker", "sft.steps=1", "sft.batch_size=4", "rl.steps=1",
-        "rl.prompts_per_step=4", "rl.group_size=2", "rl.sampling.max_new_tokens=8", "eval.after_sft=false",
-        "eval.after_rl=true", f"data.train={spec}", f"data.eval={spec}", "tensorboard=false", "progress=false",
-        "export_hf=false"])
-    result = train(cfg)
-    assert result["after_rl"]["n"] == 4
-    for stage in ("sft", "rl"):
-        (row,) = [json.loads(x) for x in (tmp_path / "run" / stage / "metrics.jsonl").read_text().splitlines()]
-        assert row["step"] == 1 and np.isfinite(row["loss"])
+    rows = {s.id: s for s in open_spec(text_only_copy(tmp_path))}
+    assert "Image size" not in user_text(rows["t0"], SCENE_GRAPH)
+    with pytest.raises(ValueError, match="image size, which is unknown"):  # a picture's size is never left out
+        user_text(rows["i0"], SCENE_GRAPH)
 
 
 def test_a_text_only_row_round_trips_through_the_projects_jsonl(tmp_path):
     from spatial_jax.data.jsonl import read_jsonl
 
-    (sample,) = [s for s in open_spec(_text_only_copy(tmp_path)) if s.id == "t0"]
+    (sample,) = [s for s in open_spec(text_only_copy(tmp_path)) if s.id == "t0"]
     (tmp_path / "rows.jsonl").write_text(json.dumps(sample.to_json()) + "\n")
     (back,) = read_jsonl(tmp_path / "rows.jsonl")
     assert (back.image, back.images, back.video) == (None, (), None)

@@ -2,8 +2,8 @@
 (tests/layout_copies.py, which says where a layout detail was inferred) shows its questions, options, gold and
 pictures as written; a broken row of each kind is named by file, row and field; rows stream through the grain
 pipeline (sharded, resumable); a mixture is drawn per seed; and one `train` run takes 2 SFT + 2 GRPO steps over
-every layout at once (one run, so the compiled programs are shared: its two batches of 9 per stage hold the 18
-rows of the 9 copies between them)."""
+every layout at once, with the published trees and zips beside them (one run, so the compiled programs are shared:
+its two batches of 16 per stage hold every readable row between them)."""
 
 import json
 import zipfile
@@ -240,31 +240,49 @@ def test_mixture_is_drawn_per_seed_with_its_weights(tmp_path):
 
 @pytest.mark.slow
 def test_train_runs_sft_and_grpo_steps_on_every_layout(tmp_path):
-    """2 SFT + 2 GRPO steps of the tiny model over a mixture of all 9 copies (2 rows each): the source's 18 rows
-    shuffled fill the 2 batches of 9 of each stage, so every row of every layout is trained on in both (SFT on the
-    completion each copy holds or names with `?reference=`)."""
+    """2 SFT + 2 GRPO steps of the tiny model over one mixture of all 9 copies (2 rows each: verl's second row is
+    text-only, EasyR1's and TRL's first rows have text golds), SPAR-7M's extracted tree, MindCube's data.zip,
+    OmniSpatial's training zip (a list question, options drawn in the image; tests/test_spar7m_tree.py and
+    tests/test_layout_archives.py cite these layouts) and an EasyR1 copy of text-only rows with text golds and one
+    row without its gold (data.bad_rows=skip): the 32 good rows shuffled fill the 2 GRPO batches of 16, so every
+    readable row of every layout is trained on; SFT reads the copies that hold a completion or name one with
+    `?reference=` (the zips hold none); then an evaluation whose one batch mixes text-only and image rows."""
     import grain
+    from test_data_second_pass import text_only_copy
+    from test_layout_archives import mindcube_zip, omnispatial_zip
+    from test_spar7m_tree import write_tree
 
     from spatial_jax import config as C
     from spatial_jax.rl.config import TrainConfig
     from spatial_jax.rl.train import train
 
-    copies = L.write_all(tmp_path / "copies", n=2)
-    mix = "mix:" + "|".join(f"1*{spec}" for spec, _ in copies.values())
+    copies = {name: spec for name, (spec, _) in L.write_all(tmp_path / "copies", n=2).items()}
+    copies["spar"] = f"spar7m:{write_tree(tmp_path / 'copies' / 'spar')}"
+    copies["mc"] = f"mindcube-train:{mindcube_zip(tmp_path / 'copies' / 'mc', L.samples(2))}"
+    copies["omni.zip"] = f"omnispatial-train:{omnispatial_zip(tmp_path / 'copies' / 'omni.zip', L.samples(3, 1))}"
+    copies["text"] = text_only_copy(tmp_path / "copies" / "text", bad=True)  # its row t2 has no gold
+    # each part weighted by its rows, so the mixture draws them all (grain's mix ends where a part runs out)
+    mix = "mix:" + "|".join(f"{len(open_spec(spec))}*{spec}" for spec in copies.values())
+    sft_mix = "mix:" + "|".join(f"{len(open_spec(spec))}*{spec}" for name, spec in copies.items()
+                                if name not in ("mc", "omni.zip"))
     cfg = C.load(TrainConfig, None, [
-        f"run_dir={tmp_path / 'run'}", "sft.steps=2", "sft.batch_size=9", "rl.steps=2", "rl.prompts_per_step=9",
-        "rl.group_size=2", "rl.sampling.max_new_tokens=8", "eval.after_sft=false", "eval.after_rl=false",
-        f"data.train={mix}", f"data.eval={mix}", "tensorboard=false", "progress=false",
-        "data.bucket_lengths=[256,512,1024]", "export_hf=false"])
-    source = open_spec(mix, seed=cfg.data.seed)
-    read = list(grain.MapDataset.source(source).shuffle(seed=cfg.data.seed)[:18])  # as train_iterator orders them
+        f"run_dir={tmp_path / 'run'}", "sft.steps=2", "sft.batch_size=16", "rl.steps=2", "rl.prompts_per_step=16",
+        "rl.group_size=2", "rl.sampling.max_new_tokens=8", "eval.after_sft=false", "eval.after_rl=true",
+        "eval.batch_size=4", f"data.sft_train={sft_mix}", f"data.train={mix}", f"data.eval={copies['text']}",
+        "tensorboard=false", "progress=false", "data.bucket_lengths=[256,512,1024,2048]", "export_hf=false",
+        "data.bad_rows=skip", "data.max_bad_share=0.25"])
+    result = train(cfg)
+    assert result["skipped_rows"] == {key: {"field answer": 1} for key in ("data.sft_train", "data.train", "data.eval")}
+    assert result["after_rl"]["n"] == 4
+    source, good = open_spec(mix, seed=cfg.data.seed), P.data_source(cfg.data, mix)  # without the screened row
+    read = list(grain.MapDataset.source(good).shuffle(seed=cfg.data.seed)[:32])  # as train_iterator orders them
     root = f"{tmp_path / 'copies'}/"
-    layouts = [s.origin[len(root):].split("/")[0] for s in read]
-    assert len(source) == 18 and sorted(layouts) == sorted(list(copies) * 2)
-    train(cfg)
+    layouts = [s.origin[len(root):].split("/")[0].split(":")[0] for s in read]
+    assert len(source) == 33 and len(good) == 32 and set(layouts) == set(copies)
     for stage in ("sft", "rl"):
         rows = [json.loads(x) for x in (tmp_path / "run" / stage / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in rows)
+        assert rows[0]["data/skipped_rows"] == 1 and rows[0]["data/skipped/field answer"] == 1
 
 
 WEIRD = [None, 0, 7, -1, 2.5, True, "", "x", "Z", "<image>", [], [1], ["a", "b"], {}, {"bytes": 3}, {"path": 5},

@@ -73,7 +73,8 @@ ROWS = {
 }
 
 
-def _write(root: Path) -> Path:
+def write_tree(root: Path) -> Path:
+    """The tree as `cat spar-*.tar.gz | tar -xzf -` leaves it (readme), with ROWS and a grey picture per path."""
     for source, splits in ROWS.items():
         for split, tasks in splits.items():
             for task, formats in tasks.items():
@@ -95,7 +96,7 @@ def _picture(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    return _write(tmp_path_factory.mktemp("spar7m"))
+    return write_tree(tmp_path_factory.mktemp("spar7m"))
 
 
 def _show(spec: str, capsys) -> list[dict]:
@@ -187,7 +188,7 @@ def test_markers_are_drawn_where_and_as_the_authors_draw_them(root):
 
 
 def test_a_marker_naming_no_picture_is_one_line_naming_file_row_and_field(tmp_path, capsys):
-    root = _write(tmp_path)
+    root = write_tree(tmp_path)
     f = root / "spar/scannet/qa_jsonl/train/depth_prediction_oc_mv/fill/fill_1.jsonl"
     row = json.loads(f.read_text())
     f.write_text(json.dumps({**row, "point_img_idx": [[0, 5]]}) + "\n")

@@ -150,14 +150,14 @@ class Trainer(Workspace):
         # one_step_off with old_logp = trainer: by step, a copy of the trainable weights its rollouts are sampled
         # from (one copy of the trainable state more), for the gap's split into numerics and staleness
         self.behaviour: dict[int, Any] = {}
-        self.skipped_rows: dict[str, dict[str, int]] = {}  # data.bad_rows = "skip": by key and reason (preflight)
 
     def preflight(self) -> None:
         """Fails now, before anything is written or compiled, on a resume with other settings, a broken input or
         batches that do not split among the processes."""
         check_resumable(self.cfg)
         tok, image_cfg = policy_encoding(self.cfg.policy)
-        self.skipped_rows = open_inputs(self.cfg, (tok, self.cfg.plugin.prompt, image_cfg))
+        # data.bad_rows = "skip": the rows dropped, by data key and reason (the base class calls preflight first)
+        self.skipped_rows: dict[str, dict[str, int]] = open_inputs(self.cfg, (tok, self.cfg.plugin.prompt, image_cfg))
         for key, reasons in self.skipped_rows.items():
             print(f"{key}: skipping {sum(reasons.values())} bad rows (data.bad_rows=skip): {reasons}", flush=True)
         check_host_split(self.cfg, jax.process_count())
@@ -230,6 +230,10 @@ class Trainer(Workspace):
             bar = ProgressBar(steps, initial=start, keys=keys, desc=name, disable=not (cfg.progress and self.primary))
             saved_config = to_dict(cfg)  # with the weights: `eval` rebuilds the optimiser state and reference from it
             data = data_digest(cfg, name)
+            # data.bad_rows = "skip": the rows this stage's source lost, by reason, beside every step's figures
+            skipped = self.skipped_rows.get(stage_data(cfg, name)[0], {})
+            skipped = {"data/skipped_rows": sum(skipped.values()),
+                       **{f"data/skipped/{reason}": n for reason, n in skipped.items()}} if skipped else {}
             done = start
             self.batches = it
             try:
@@ -237,6 +241,7 @@ class Trainer(Workspace):
                     check()  # a signal that came where it could not be raised (interrupts.py)
                     metrics, opt_state = step_fn(step, None if reads_batches else next(it), tx, opt_state)
                     metrics["lr"] = float(schedule(step * updates))
+                    metrics.update(skipped)
                     bar.update(writer.log(step + 1, metrics))
                     done = step + 1
                     last = step + 1 == steps
