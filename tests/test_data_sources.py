@@ -69,7 +69,8 @@ def test_data_check_counts_rows(copies, capsys):
     assert main(["data", "check", copies["vsi590k"][0]]) == 0
     counts = json.loads(capsys.readouterr().out.splitlines()[0])
     assert counts == {"rows": 2, "ok": 2, "failed": 0, "multiple-choice": 1, "numeric": 1, "text": 0, "text-only": 0,
-                      "categories": {"object_counting": 1, "object_rel_direction_easy": 1}}
+                      "categories": {"object_counting": 1, "object_rel_direction_easy": 1},
+                      "tokens": {"longest": 253, "largest_bucket": 1024, "mode": "rl"}}  # a video's 2 frames
 
 
 def _rewrite_jsonl(path: Path, row: int, change) -> None:

@@ -166,3 +166,29 @@ def test_rows_that_fit_pass_the_preflight(tmp_path):
     with pytest.raises(DatasetError, match=r"train.jsonl:3: 239 tokens \(prompt and pictures; 239 in the prompt\) "
                                            r"do not fit the largest of data.bucket_lengths, 220"):
         preflight("[220]")
+
+
+def test_data_check_counts_tokens_as_the_jobs_preflight_does(tmp_path, capsys):
+    """Item 2 in `data check`: every row encoded with the job's tokenizer, prompt and buckets (key=value overrides as
+    train takes them), the longest row's tokens reported, an over-long row named by file and line; --sft encodes the
+    SFT target too, so a row without a reference completion fails there and not in the RL encoding."""
+    path = _rows(tmp_path, 40)
+
+    def check(*args):
+        flags = [a for a in args if a.startswith("--")]
+        rc = main(["data", "check", *flags, str(path), *(a for a in args if a not in flags)])
+        out, err = capsys.readouterr()
+        return rc, json.loads(out.splitlines()[0]), out.splitlines()[1:], err
+
+    rc, counts, fails, _ = check("data.bucket_lengths=[256,512]")
+    assert rc == 0 and counts["tokens"] == {"longest": 239, "largest_bucket": 512, "mode": "rl"} and not fails
+    rc, counts, fails, err = check("data.bucket_lengths=[220]")
+    assert rc == 1 and counts["failed"] == 1 and counts["tokens"]["longest"] < 220
+    assert fails == [f"FAIL {path}:3: 239 tokens (prompt and pictures; 239 in the prompt) do not fit the largest of "
+                     "data.bucket_lengths, 220: add a longer bucket or drop the row"]
+    rc, counts, fails, _ = check("--sft", "data.bucket_lengths=[256,512]")
+    assert rc == 1 and counts["failed"] == 3 and all("SFT needs a reference completion" in f for f in fails)
+    rc, counts, fails, _ = check("method=prosr", "data.bucket_lengths=[256,512]")  # the method's own prompt
+    assert rc == 0 and counts["tokens"]["longest"] != 239
+    assert main(["data", "check", str(path), "data.nope=1"]) == 2
+    assert "unknown config key(s) ['data.nope']" in capsys.readouterr().err

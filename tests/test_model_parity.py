@@ -23,15 +23,21 @@ def pair(request, tmp_path_factory):
     return request.param, hf, from_pretrained(path)
 
 
-def test_rope_index_equals_hf(pair):
-    variant, hf, ours = pair
-    ids, mask, _, grids = image_batch(variant)
+def _rope_index_as_hf(ours, hf, ids, grids, mask):
+    """Our positions, held to HF's get_rope_index (positions and deltas exactly)."""
     pos, deltas = ours.get_rope_index(ids, grids, mask)
     ref_pos, ref_deltas = hf.model.get_rope_index(
         torch.from_numpy(ids), mm_token_type_ids=torch.from_numpy((ids == IMG).astype(np.int64)),
         image_grid_thw=torch.from_numpy(grids), attention_mask=torch.from_numpy(mask))
     np.testing.assert_array_equal(pos, ref_pos.numpy())
     np.testing.assert_array_equal(deltas, ref_deltas.numpy()[:, 0])
+    return pos
+
+
+def test_rope_index_equals_hf(pair):
+    variant, hf, ours = pair
+    ids, mask, _, grids = image_batch(variant)
+    _rope_index_as_hf(ours, hf, ids, grids, mask)
     wrong = grids.copy()
     wrong[0] = [1, 4, 6]
     with pytest.raises(ValueError, match="image tokens"):
@@ -83,12 +89,7 @@ def test_batch_mixing_a_text_only_row_with_an_image_row(pair):
     mask[1, :2] = 0
     grids, pixels = grids[:1], pixels[: int(grids[0].prod())]
     assert (ids[1] == IMG).sum() == 0 and (ids[0] == IMG).sum() == n0
-    pos, deltas = ours.get_rope_index(ids, grids, mask)
-    ref_pos, ref_deltas = hf.model.get_rope_index(
-        torch.from_numpy(ids), mm_token_type_ids=torch.from_numpy((ids == IMG).astype(np.int64)),
-        image_grid_thw=torch.from_numpy(grids), attention_mask=torch.from_numpy(mask))
-    np.testing.assert_array_equal(pos, ref_pos.numpy())
-    np.testing.assert_array_equal(deltas, ref_deltas.numpy()[:, 0])
+    pos = _rope_index_as_hf(ours, hf, ids, grids, mask)
     ref = hf_logits(hf, ids, mask, pos, pixels, grids)
     assert max_err_real(forward(ours, ids, mask, pixels, grids, positions=pos), ref, mask) < TOL
 

@@ -3,10 +3,13 @@
 show: the first N rows, one JSON object each (--json) or one line each: id, question (as the model is shown it,
 without the options where the layout keeps them apart), options ([] without), answer (the gold as the reward reads
 it: an option letter, a number or a short text) and answer_type, images ([{width, height}]), video ({frames, fps} or
-null), and gt_boxes / scene where the row has them. check: reads every row and picture as training does (within
-data.max_image_pixels; an id given twice is a bad row), prints the counts (rows, per category, multiple choice /
-numeric / text, rows without pictures) and one line per failing row naming its file, row and field; with
-data.bad_rows=skip the rows training would skip, by reason, and a refusal where they are over data.max_bad_share.
+null), and gt_boxes / scene where the row has them. check: reads and encodes every row as the job's preflight does
+(`--config` and key=value overrides as `train` takes them, the main job by default: its policy's tokenizer and image
+settings, its method's prompt, data.max_image_pixels, data.bucket_lengths; --sft adds the SFT target; an id given
+twice is a bad row), prints the counts (rows, per category, multiple choice / numeric / text, rows without pictures,
+the longest row's tokens against the largest bucket) and one line per failing row naming its file, row and field;
+with data.bad_rows=skip the rows training would skip, by reason, and a refusal where they are over
+data.max_bad_share.
 SPEC is any data source (data/sources: a JSONL path, FORMAT:PATH[:split], mix:...). Nothing is written.
 Exit status: 0, 1 for a row that cannot be read (check: any failing row that training would not skip, or an empty
 source), 2 for a bad argument.
@@ -33,8 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             q.add_argument("-n", type=int, default=5, help="rows to show (default 5)")
             q.add_argument("--json", action="store_true", help="one JSON object per row")
         else:
-            q.add_argument("overrides", nargs="*", metavar="data.KEY=VALUE",
-                           help="data settings as training takes them (bad_rows, max_bad_share, max_image_pixels)")
+            q.add_argument("--config", default=None,
+                           help="the job whose encoding and data settings apply (default: the main job, as train)")
+            q.add_argument("--sft", action="store_true", help="encode each row's SFT target too, as SFT batches do")
+            q.add_argument("overrides", nargs="*", metavar="key=value",
+                           help="config overrides as train takes them, e.g. data.bad_rows=skip")
 
 
 def _size(sample, ref) -> dict:
@@ -85,12 +91,13 @@ def _plain(x: float) -> int | float:
 
 
 def run(args) -> int:
+    from spatial_jax.cli.job_config import load_job
     from spatial_jax.config import ConfigError
     from spatial_jax.data.pipeline import open_source
 
     if args.action == "show" and args.n < 0:
         raise ConfigError(f"-n must be >= 0, got {args.n}")
-    data = data_settings(args.overrides) if args.action == "check" else None
+    job = load_job(args.config, args.overrides) if args.action == "check" else None
     source = open_source(args.spec, columns=tuple(args.column), seed=args.seed)
     if args.action == "show":
         for i in range(min(args.n, len(source))):
@@ -103,34 +110,26 @@ def run(args) -> int:
                 opts = " | ".join(f"{chr(65 + k)}. {o}" for k, o in enumerate(view["options"]))
                 print(f"{view['id']}: {view['question']!r} {opts} -> {view['answer']} ({seen})")
         return 0
-    return check(source, data, not args.spec.startswith("mix:"))
+    return check(source, job, "sft" if args.sft else "rl", not args.spec.startswith("mix:"))
 
 
 KINDS = {"choice": "multiple-choice", "number": "numeric", "text": "text"}
-CHECK_KEYS = ("bad_rows", "max_bad_share", "max_image_pixels")
 
 
-def data_settings(overrides: list[str]):
-    """DataConfig with `data.KEY=VALUE` overrides of the keys `data check` applies; any other key is an error."""
-    from spatial_jax.config import ConfigError, apply_overrides, parse_overrides
-    from spatial_jax.data.pipeline import DataConfig
-
-    keys = parse_overrides(o.removeprefix("data.") for o in overrides)
-    unknown = sorted(k for k in keys if k not in CHECK_KEYS)
-    if unknown:
-        raise ConfigError(f"data check takes {['data.' + k for k in CHECK_KEYS]}, not {unknown}")
-    return apply_overrides(DataConfig(), keys)
-
-
-def check(source, data, unique_ids: bool = True) -> int:
-    from spatial_jax.data.pipeline import load_visuals
+def check(source, job, mode: str = "rl", unique_ids: bool = True) -> int:
+    """Every row encoded as the job's preflight encodes it (pipeline.row_tokens), screened by data.bad_rows."""
+    from spatial_jax.data.pipeline import row_tokens
     from spatial_jax.data.sample import DatasetError
     from spatial_jax.data.screen import screen
+    from spatial_jax.rl.policy import policy_encoding
 
-    kinds, categories, failures = Counter(), Counter(), []
+    data = job.data
+    tok, image_cfg = policy_encoding(job.policy)
+    tokens = row_tokens(tok, data, job.plugin.prompt, mode, image_cfg)
+    kinds, categories, failures, longest = Counter(), Counter(), [], [0]
 
     def read(sample):
-        load_visuals(sample, max_image_pixels=data.max_image_pixels)
+        longest[0] = max(longest[0], tokens(sample))
         kinds[KINDS[sample.answer_type]] += 1
         kinds["text-only"] += sample.text_only
         categories[sample.category or "(none)"] += 1
@@ -144,7 +143,8 @@ def check(source, data, unique_ids: bool = True) -> int:
         refusal, reasons = str(e), Counter()
     counts = {"rows": len(source), "ok": len(source) - len(failures), "failed": len(failures),
               **{k: kinds[k] for k in KINDS.values()}, "text-only": kinds["text-only"],
-              "categories": dict(sorted(categories.items()))}
+              "categories": dict(sorted(categories.items())),
+              "tokens": {"longest": longest[0], "largest_bucket": max(data.bucket_lengths), "mode": mode}}
     if skip:
         counts["skipped"] = dict(reasons.most_common()) if refusal is None else {}
     print(json.dumps(counts))

@@ -253,16 +253,15 @@ def check_visuals(source: Sequence[Sample], data: DataConfig, key: tuple = (), u
                   data.max_bad_share, key, unique_ids)
 
 
-def check_rows(source: Sequence[Sample], tokenizer: SpatialTokenizer, data: DataConfig, fmt: PromptFormat,
-               mode: Literal["rl", "sft"], image_cfg: Any = ImageProcessingConfig(),
-               video_cfg: VideoProcessingConfig | None = None, key: tuple = (), unique_ids: bool = True) -> Counter:
-    """Encodes every row of `source` as its batches will (pictures and video decoded within data.max_image_pixels and
-    preprocessed, the prompt and, in SFT, the target tokenized) under data.bad_rows: a row that cannot be encoded or
-    whose tokens do not fit the largest of data.bucket_lengths is named by file and line before the first compile,
-    not at the step that first draws it. The counts of the rows skipped, by reason."""
+def row_tokens(tokenizer: SpatialTokenizer, data: DataConfig, fmt: PromptFormat, mode: Literal["rl", "sft"],
+               image_cfg: Any = ImageProcessingConfig(), video_cfg: VideoProcessingConfig | None = None
+               ) -> Callable[[Sample], int]:
+    """A row's token count as its batches will encode it (pictures and video decoded within data.max_image_pixels
+    and preprocessed, the prompt and, in SFT, the target tokenized); a row that cannot be encoded, or whose tokens do
+    not fit the largest of data.bucket_lengths, raises its DatasetError naming file and line."""
     longest = max(data.bucket_lengths)
 
-    def check(sample: Sample) -> None:
+    def count(sample: Sample) -> int:
         example = encode_sample(sample, tokenizer, fmt, mode, image_cfg, max_image_pixels=data.max_image_pixels,
                                 video_cfg=video_cfg, method_targets=data.sft_targets == "method")
         n = len(example.input_ids)
@@ -270,8 +269,18 @@ def check_rows(source: Sequence[Sample], tokenizer: SpatialTokenizer, data: Data
             what = "prompt, pictures and SFT target" if mode == "sft" else "prompt and pictures"
             raise sample.error(f"{n} tokens ({what}; {example.prompt_length} in the prompt) do not fit the largest "
                                f"of data.bucket_lengths, {longest}: add a longer bucket or drop the row")
+        return n
 
-    return screen(source, check, data.bad_rows, data.max_bad_share, key, unique_ids)
+    return count
+
+
+def check_rows(source: Sequence[Sample], tokenizer: SpatialTokenizer, data: DataConfig, fmt: PromptFormat,
+               mode: Literal["rl", "sft"], image_cfg: Any = ImageProcessingConfig(),
+               video_cfg: VideoProcessingConfig | None = None, key: tuple = (), unique_ids: bool = True) -> Counter:
+    """Every row of `source` encoded (row_tokens) under data.bad_rows, before the first compile rather than at the
+    step that first draws it. The counts of the rows skipped, by reason."""
+    return screen(source, row_tokens(tokenizer, data, fmt, mode, image_cfg, video_cfg), data.bad_rows,
+                  data.max_bad_share, key, unique_ids)
 
 
 def encode_visuals(sample: Sample, vis: Visuals, image_cfg: Any, video_cfg: VideoProcessingConfig,
