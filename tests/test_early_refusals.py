@@ -192,3 +192,15 @@ def test_data_check_counts_tokens_as_the_jobs_preflight_does(tmp_path, capsys):
     assert rc == 0 and counts["tokens"]["longest"] != 239
     assert main(["data", "check", str(path), "data.nope=1"]) == 2
     assert "unknown config key(s) ['data.nope']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["train", "data"])
+def test_a_checkpoint_that_is_not_a_folder_is_one_line_not_a_hub_lookup(command, tmp_path, capsys):
+    """A policy.checkpoint with no config.json was taken by transformers for a Hub repository: offline, it retried
+    the network for minutes, then raised a traceback (a tokenizer it could not convert)."""
+    (tmp_path / "empty").mkdir()
+    for path, why in ((tmp_path / "none", "no such folder"), (tmp_path / "empty", "no config.json in it")):
+        argv = (["train", f"run_dir={tmp_path / 'run'}"] if command == "train"
+                else ["data", "check", "synthetic:train:2"]) + [f"policy.checkpoint={path}"]
+        _one_line(argv, capsys, 2, f"policy.checkpoint '{path}' is not a checkpoint folder", why)
+    assert not (tmp_path / "run").exists()

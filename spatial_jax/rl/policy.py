@@ -14,6 +14,7 @@ import jax
 import optax
 from flax import nnx
 
+from spatial_jax.config import ConfigError
 from spatial_jax.data.image_processing import ImageProcessingConfig
 from spatial_jax.data.tokenizer import SpatialTokenizer, build_tokenizer
 from spatial_jax.models import LoRAParam, ModelConfig, Qwen3VL
@@ -77,11 +78,22 @@ def _tiny_config(cfg: PolicyConfig, tokenizer: SpatialTokenizer) -> ModelConfig:
               attention_chunk=cfg.attention_chunk, attention_impl=cfg.attention_impl, moe_matmul=cfg.moe_matmul)
 
 
+def checkpoint_dir(cfg: PolicyConfig) -> Path:
+    """policy.checkpoint as a folder holding config.json: anything else is refused here, since transformers would
+    take the name for a Hub repository and retry the network for minutes before failing."""
+    path = Path(cfg.checkpoint)
+    if not (path / "config.json").is_file():
+        where = "" if path.is_absolute() else f"; a relative path is read from {Path.cwd()}"
+        raise ConfigError(f"policy.checkpoint {cfg.checkpoint!r} is not a checkpoint folder (no config.json"
+                          f"{' in it' if path.is_dir() else ', no such folder'}{where})")
+    return path
+
+
 def policy_encoding(cfg: PolicyConfig) -> tuple[SpatialTokenizer, ImageProcessingConfig]:
     """The tokenizer and image settings the policy's batches are encoded with, read without building the model (a
     checkpoint's config.json, or the tiny policy's), so that every row can be checked before anything compiles."""
     if cfg.checkpoint:
-        tokenizer = SpatialTokenizer.load(Path(cfg.checkpoint))
+        tokenizer = SpatialTokenizer.load(checkpoint_dir(cfg))
         return tokenizer, image_config(load_config(cfg.checkpoint), cfg)
     tokenizer = build_tokenizer(cfg.tokenizer_vocab_size)
     return tokenizer, image_config(_tiny_config(cfg, tokenizer), cfg)
@@ -90,7 +102,7 @@ def policy_encoding(cfg: PolicyConfig) -> tuple[SpatialTokenizer, ImageProcessin
 def build_policy(cfg: PolicyConfig, mesh: jax.sharding.Mesh) -> Policy:
     """A Hugging Face checkpoint (its own tokenizer) or the tiny random policy with the local tokenizer."""
     if cfg.checkpoint:
-        path = Path(cfg.checkpoint)
+        path = checkpoint_dir(cfg)
         tokenizer = SpatialTokenizer.load(path)
         model = from_pretrained(path, dtype=cfg.dtype, param_dtype=cfg.param_dtype, mesh=mesh, lora=cfg.lora,
                                 remat=cfg.remat, remat_policy=cfg.remat_policy, scan_layers=cfg.scan_layers,
