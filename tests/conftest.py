@@ -1,6 +1,7 @@
 """Test session setup: 8 host devices for sharding tests and Triton's CPU interpreter, set before any import."""
 
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -15,6 +16,23 @@ os.environ["SPATIAL_JAX_DEFAULT_CONFIG"] = ""
 # Hypothesis keeps its example database and caches under ./.hypothesis unless told otherwise; a run of the tests
 # leaves the working tree as it found it. Read when Hypothesis first stores something, so setting it here is in time.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "spatial-jax-hypothesis"))
+# The persistent compilation cache, as every job command opens it (spatial_jax/compile_cache.py): a fresh folder per
+# session, made by the first process (xdist's workers and the tests' subprocesses inherit it), so the suite's timing
+# is a cold start's and a run of the tests leaves no cache behind; tests calling train() in-process open it too.
+if "SPATIAL_JAX_COMPILE_CACHE" not in os.environ:
+    os.environ["SPATIAL_JAX_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="spatial-jax-test-xla-")
+    os.environ["SPATIAL_JAX_TEST_CACHE_OWNER"] = str(os.getpid())
+
+
+def pytest_configure(config):
+    from spatial_jax import compile_cache
+
+    compile_cache.enable()
+
+
+def pytest_unconfigure(config):
+    if os.environ.get("SPATIAL_JAX_TEST_CACHE_OWNER") == str(os.getpid()):
+        shutil.rmtree(os.environ["SPATIAL_JAX_COMPILE_CACHE"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

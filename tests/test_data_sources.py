@@ -270,8 +270,8 @@ def test_train_runs_sft_and_grpo_steps_on_every_layout(tmp_path):
         f"run_dir={tmp_path / 'run'}", "sft.steps=2", "sft.batch_size=16", "rl.steps=2", "rl.prompts_per_step=16",
         "rl.group_size=2", "rl.sampling.max_new_tokens=8", "eval.after_sft=false", "eval.after_rl=true",
         "eval.batch_size=4", f"data.sft_train={sft_mix}", f"data.train={mix}", f"data.eval={copies['text']}",
-        "tensorboard=false", "progress=false", "data.bucket_lengths=[256,512,1024,2048]", "export_hf=false",
-        "data.bad_rows=skip", "data.max_bad_share=0.25"])
+        "tensorboard=false", "progress=false", "data.bucket_lengths=[256,512,1024]", "export_hf=false",
+        "data.bad_rows=skip", "data.max_bad_share=0.25", "policy.min_pixels=1024", "policy.max_pixels=3136"])
     result = train(cfg)
     assert result["skipped_rows"] == {key: {"field answer": 1} for key in ("data.sft_train", "data.train", "data.eval")}
     assert result["after_rl"]["n"] == 4

@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Callable
 
+from spatial_jax import compile_cache
 from spatial_jax.config import ConfigError
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.interrupts import Interrupted, raising
@@ -36,6 +37,10 @@ COMMANDS = {
     "data": ("spatial_jax.cli.data", "show or check a data source as training reads it (data show / data check)"),
     "to-cvbench": ("spatial_jax.cli.to_cvbench", "write a dataset's multiple-choice questions as a CV-Bench copy"),
 }
+
+
+# the commands that compile programs, and so open the persistent compilation cache (spatial_jax/compile_cache.py)
+COMPILING = ("sft", "pretrain", "train", "eval", "export", "plan")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -71,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(chosen).parse_args(argv)
+    if args.command in COMPILING:
+        compile_cache.enable()
     return one_line_errors(f"spatial-jax {args.command}", lambda: importlib.import_module(args._module).run(args))
 
 

@@ -108,7 +108,7 @@ class Report:
             head += (f"; rollouts on a mesh of their own, the {self.rollout_devices} chips after the training mesh's "
                      "(nothing of the trainer resident there)")
         lines = [head, f"{'program':<18} {'argument':>10} {'temp':>10} {'output':>10} {'resident':>10} {'peak':>10} "
-                       f"{'of HBM':>7} {'compile s':>9} {'TFLOPs':>8} {'Mosaic':>6} {'a2a':>4}  shape"]
+                       f"{'of HBM':>7} {'compile s':>9} {'cache':>5} {'TFLOPs':>8} {'Mosaic':>6} {'a2a':>4}  shape"]
         for p in self.programs:
             share = "-" if t.hbm_bytes is None else f"{100 * p.peak / t.hbm_bytes:.0f}%"
             flops = "-" if p.flops is None else f"{p.flops / 1e12:.3g}"
@@ -116,7 +116,9 @@ class Report:
             seconds = "-" if self.estimate else f"{p.compile_s:.1f}"
             kernels = "-" if self.estimate else f"{p.mosaic_kernels}/{p.lm_head_kernels}"
             a2a = "-" if self.estimate else str(p.all_to_alls)
-            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {flops:>8} {kernels:>6} {a2a:>4}  {p.what}")
+            cache = "-" if self.estimate else p.cache
+            lines.append(f"{p.name:<18} {sizes} {share:>7} {seconds:>9} {cache:>5} {flops:>8} {kernels:>6} {a2a:>4}  "
+                         f"{p.what}")
         if self.remat is not None:
             chosen, recipe, peaks = self.remat
             each = ", ".join(f"{name} {fmt_bytes(peak)}" for name, peak in peaks.items())
@@ -125,7 +127,9 @@ class Report:
                          + ("" if chosen == recipe else f": set policy.remat_policy={chosen}"))
         lines.append("peak = argument + output - aliased + temp (the compiler's buffer assignment) + resident (trainer "
                      "state held meanwhile: Adam state and KL reference copy while sampling); Mosaic = Pallas kernel "
-                     "calls / of which the LM head's; a2a = all-to-all call sites (expert parallelism)")
+                     "calls / of which the LM head's; a2a = all-to-all call sites (expert parallelism); cache = the "
+                     "persistent compilation cache served the program (hit), compiled it into the cache (miss) or is "
+                     "off")
         return "\n".join(lines)
 
 

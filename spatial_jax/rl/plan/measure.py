@@ -1,5 +1,6 @@
 """One compiled program's figures: per-chip memory from the compiler's buffer assignment, FLOPs, compile time,
-Pallas (Mosaic) kernel calls; a program XLA:TPU refuses for want of HBM is measured by what it asked for."""
+Pallas (Mosaic) kernel calls, whether the persistent compilation cache served it; a program XLA:TPU refuses for want
+of HBM is measured by what it asked for."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import jax
 
+from spatial_jax import compile_cache
 from spatial_jax.kernels import pallas as pallas_kernels
 from spatial_jax.rl.plan.targets import GiB
 
@@ -30,6 +32,7 @@ class Program:
     mosaic_kernels: int = 0  # Pallas/Mosaic kernel calls in the compiled program (splash attention, the LM head)
     lm_head_kernels: int = 0  # of those, the Pallas LM head's (forward; + dh and dw in an update)
     all_to_alls: int = 0  # all-to-all call sites in the compiled program (the MoE layers' expert parallelism)
+    cache: str = "off"  # the persistent compilation cache: "hit" (loaded, not compiled), "miss" or "off"
 
     def row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -67,6 +70,7 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
     """Lowers and compiles `jitted` at abstract `args` under `mesh` (activations constrained as in training)."""
     t0 = time.perf_counter()
     print(f"plan: compiling {name} ({what})", file=sys.stderr, flush=True)
+    hits = compile_cache.counts()[0]
     with jax.set_mesh(mesh):
         lowered = jitted.lower(*args)
         try:
@@ -81,6 +85,7 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
             return Program(name, what + " [compiler: out of HBM]", 0, 0, 0, needed, needed + resident, seconds, None,
                            resident)
     seconds = time.perf_counter() - t0
+    cache = ("hit" if compile_cache.counts()[0] > hits else "miss") if jax.config.jax_compilation_cache_dir else "off"
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
@@ -89,8 +94,9 @@ def _measure(mesh, name: str, what: str, jitted, args, resident: int = 0) -> Pro
     derived = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
     program = Program(name, what, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
                       int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), max(peak, int(derived)) + resident,
-                      seconds, flops, resident, *mosaic_kernels(hlo := compiled.as_text()), all_to_alls(hlo))
-    print(f"plan: {name} compiled in {seconds:.0f} s, peak {fmt_bytes(program.peak)} per chip", file=sys.stderr,
+                      seconds, flops, resident, *mosaic_kernels(hlo := compiled.as_text()), all_to_alls(hlo), cache)
+    how = "loaded from the compilation cache" if cache == "hit" else "compiled"
+    print(f"plan: {name} {how} in {seconds:.0f} s, peak {fmt_bytes(program.peak)} per chip", file=sys.stderr,
           flush=True)
     return program
 
