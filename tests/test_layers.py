@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # reference/ (torch) sits above rewards; methods name it only as a string, imported on demand.
 LAYERS = {
     "records": 0, "config": 0, "distributed": 0, "kernels": 0,
-    "digests": 0, "locks": 0, "platforms": 0, "interrupts": 0,  # process-level utilities: files, locks, signals
+    "digests": 0, "locks": 0, "platforms": 0, "interrupts": 0,  # process-level utilities: files, locks, signals,
+    "compile_cache": 0,  # and the persistent compilation cache
     "models": 1, "data": 1, "rewards": 1,
     "reference": 2, "testing": 2, "methods": 2,
     "rollout": 3,
