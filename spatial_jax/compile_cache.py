@@ -4,7 +4,8 @@ run of the tiny policy: 19.6 s cold, 8.8 s from the cache, on 2 cores; an 8B pro
 minutes).
 
 The folder is independent of any run directory: `$SPATIAL_JAX_COMPILE_CACHE`, else `$XDG_CACHE_HOME/spatial-jax/xla`
-(`~/.cache/spatial-jax/xla`); an empty `SPATIAL_JAX_COMPILE_CACHE` turns the cache off. JAX keys each entry by the
+(`~/.cache/spatial-jax/xla`); an empty `SPATIAL_JAX_COMPILE_CACHE` turns the cache off; JAX's own
+`JAX_COMPILATION_CACHE_DIR`, where set, is left as it is. JAX keys each entry by the
 program, its devices and topology, the compile options and the jax / jaxlib versions, so a changed program or setting
 misses rather than loads a wrong executable. The cache is bounded (MAX_BYTES, least recently used entries evicted),
 which is also what makes JAX guard every read and write with a file lock: two runs may share the folder. A folder
@@ -41,6 +42,9 @@ def enable() -> Path | None:
     folder, or None where it is off or cannot be written."""
     import jax
 
+    if jax.config.jax_compilation_cache_dir:  # JAX's own setting (JAX_COMPILATION_CACHE_DIR) is the user's choice
+        _listen()
+        return Path(jax.config.jax_compilation_cache_dir)
     path = location()
     if path is None:
         return None

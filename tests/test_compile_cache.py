@@ -29,8 +29,8 @@ print(json.dumps({"path": str(path), "cache": program.cache, "counts": compile_c
 """
 
 
-def _run(cache, scale=2.0):
-    env = {**os.environ, compile_cache.ENV: str(cache)}
+def _run(cache, scale=2.0, **extra):
+    env = {**os.environ, compile_cache.ENV: str(cache), **extra}
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(scale)], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -70,3 +70,9 @@ def test_an_unwritable_folder_leaves_the_cache_off(tmp_path):
 def test_an_empty_setting_turns_it_off():
     result, err = _run("")
     assert result["cache"] == "off" and "compilation cache" not in err
+
+
+def test_jaxs_own_setting_is_left_as_it_is(tmp_path):
+    result, _ = _run(tmp_path / "ours", JAX_COMPILATION_CACHE_DIR=str(tmp_path / "theirs"))
+    assert result["path"] == str(tmp_path / "theirs") and result["cache"] == "miss"
+    assert not (tmp_path / "ours").exists()

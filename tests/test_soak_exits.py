@@ -49,7 +49,7 @@ def test_sigint_as_the_rl_stage_starts_exits_130(repeat, tmp_path):
     load at once and the signal never lands in a compile, where it was seen to be lost (raised in jax's garbage-
     collection callback, the job ran on to status 0)."""
     run = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONFAULTHANDLER="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONFAULTHANDLER="1", SPATIAL_JAX_COMPILE_CACHE="")
     proc = subprocess.Popen([sys.executable, "-m", "spatial_jax.cli", "train", f"run_dir={run}", *TINY], env=env,
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_default_sigint)
@@ -87,12 +87,14 @@ def main_job_at_rl(tmp_path_factory):
 def _start(run: Path) -> tuple[subprocess.Popen, Path]:
     """`spatial-jax train` on `run`, its standard error into a file beside it (read while it runs)."""
     log = run.parent / f"{run.name}.{time.monotonic_ns()}.err"
-    # the environment a user's shell gives it: not the suite's 8 host devices nor its stand-in default config
+    # the environment a user's shell gives it: not the suite's 8 host devices nor its stand-in default config; and
+    # no compilation cache, so that every repeat's signals land in the RL stage's first compile too
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SPATIAL_JAX_DEFAULT_CONFIG")}
     with open(log, "w") as err:
         proc = subprocess.Popen([shutil.which("spatial-jax") or "spatial-jax", "train", "--config",
                                  str(ROOT / "configs" / "tiny_cpu.toml"), f"run_dir={run}"],
-                                env=dict(env, PYTHONFAULTHANDLER="1"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                                env=dict(env, PYTHONFAULTHANDLER="1", SPATIAL_JAX_COMPILE_CACHE=""), cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err,
                                 preexec_fn=_default_sigint)
     return proc, log
 
