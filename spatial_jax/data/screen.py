@@ -31,7 +31,7 @@ def reason(error: DatasetError) -> str:
     field = _FIELD.search(message)
     if field:
         return "field " + re.sub(r"\[\d+\]", "", field.group(1))
-    what = _WHERE.sub("", message, count=1).split(";")[0].split(":")[0]
+    what = _WHERE.sub("", message).split(";")[0].split(":")[0]  # anchored: the leading location only
     what = re.sub(r"\S*/\S*", "<path>", what)
     return " ".join(re.sub(r"\d+", "N", what).split())[:80] or "unreadable row"
 
