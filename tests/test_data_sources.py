@@ -263,9 +263,9 @@ def test_train_runs_sft_and_grpo_steps_on_every_layout(tmp_path):
     copies["omni.zip"] = f"omnispatial-train:{omnispatial_zip(tmp_path / 'copies' / 'omni.zip', L.samples(3, 1))}"
     copies["text"] = text_only_copy(tmp_path / "copies" / "text", bad=True)  # its row t2 has no gold
     # each part weighted by its rows, so the mixture draws them all (grain's mix ends where a part runs out)
-    mix = "mix:" + "|".join(f"{len(open_spec(spec))}*{spec}" for spec in copies.values())
-    sft_mix = "mix:" + "|".join(f"{len(open_spec(spec))}*{spec}" for name, spec in copies.items()
-                                if name not in ("mc", "omni.zip"))
+    parts = {name: f"{len(open_spec(spec))}*{spec}" for name, spec in copies.items()}
+    mix = "mix:" + "|".join(parts.values())
+    sft_mix = "mix:" + "|".join(part for name, part in parts.items() if name not in ("mc", "omni.zip"))
     cfg = C.load(TrainConfig, None, [
         f"run_dir={tmp_path / 'run'}", "sft.steps=2", "sft.batch_size=16", "rl.steps=2", "rl.prompts_per_step=16",
         "rl.group_size=2", "rl.sampling.max_new_tokens=8", "eval.after_sft=false", "eval.after_rl=true",
