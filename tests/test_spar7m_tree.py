@@ -195,3 +195,157 @@ def test_a_marker_naming_no_picture_is_one_line_naming_file_row_and_field(tmp_pa
     assert main(["data", "show", f"spar7m:{root}", "-n", "1"]) == 1
     assert capsys.readouterr().err.strip().endswith(
         f"{f}:1: field 'point_img_idx' = [[0, 5]] names no picture (of the row's 3) for marker 1")
+
+
+# Rows as users hold them besides the tree: a file or folder of them alone (the LLaVA layout the module doc names),
+# renamed fields, rows with faults. Each message is checked in full, since it is what the user reads.
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _error(spec: str, index: int = 0, **kw) -> str:
+    with pytest.raises(ValueError) as e:
+        open_spec(spec, **kw)[index]
+    return str(e.value)
+
+
+FLAT = [
+    {"id": "q1", "type": "obj_spatial_relation_oo", "image": ["img/a.jpg"],
+     "conversations": _talk("Where is the chair?\nA. left\nB. right", "right")},
+    {"image": ["img/a.jpg", "img/b.jpg"], "conversations": _talk("How far apart are the chairs?", "2.5")},
+]
+
+
+@pytest.fixture
+def flat(tmp_path) -> Path:
+    """A folder of rows outside any `spar/<source>` tree, its pictures beside them."""
+    for name in ("a", "b"):
+        _picture(tmp_path / "copy" / "img" / f"{name}.jpg")
+    _jsonl(tmp_path / "copy" / "rows.jsonl", FLAT)
+    return tmp_path / "copy"
+
+
+def test_a_file_or_folder_outside_the_tree_reads_as_llava_rows_beside_their_pictures(flat, monkeypatch):
+    for spec in (f"spar7m:{flat / 'rows.jsonl'}", f"spar7m:{flat}"):
+        first, second = open_spec(spec)
+        # no folder names the format: the question's options are split off, the gold read as the option it names
+        assert (first.id, first.question, first.options, first.answer, first.answer_type) == (
+            "q1", "Where is the chair?", ("left", "right"), "B", "choice")
+        assert first.image == str(flat / "img/a.jpg") and first.category == "obj_spatial_relation_oo"
+        assert set(first.reference.values()) == {"right"} and first.reference  # the reply, as the SFT target
+        # a row with no id is named by its place, one with no type has no category
+        assert (second.id, second.category, second.answer, second.answer_type) == ("spar7m-1", "", 2.5, "number")
+        assert second.images == (str(flat / "img/a.jpg"), str(flat / "img/b.jpg"))
+    monkeypatch.chdir(flat)  # a relative file with fewer than four folders above it
+    assert open_spec("spar7m:rows.jsonl")[0].image == "img/a.jpg"
+
+
+def test_a_tree_file_named_by_a_relative_path_resolves_against_its_source(root, monkeypatch):
+    monkeypatch.chdir(root / "spar/scannet")
+    sample = open_spec("spar7m:qa_jsonl/train/depth_prediction_oc_mv/fill/fill_1.jsonl")[0]
+    assert sample.images[1] == "images/scene0000_00/image_color/1.jpg"
+
+
+def test_a_folder_of_split_files_outside_the_tree_reads_the_split_named(flat):
+    _jsonl(flat / "train.jsonl", FLAT[:1])
+    _jsonl(flat / "val.jsonl", FLAT[1:])
+    (flat / "rows.jsonl").unlink()
+    assert [s.id for s in open_spec(f"spar7m:{flat}:val")] == ["spar7m-0"]
+    assert [s.id for s in open_spec(f"spar7m:{flat}:train")] == ["q1"]
+
+
+def test_renamed_fields_are_read_from_their_columns(flat):
+    row = {"qid": "r1", "task": "depth", "pics": ["img/a.jpg"], "why": "The chair is nearer.",
+           "messages": [{"from": "human", "value": "Which is nearer?\nA. chair\nB. desk"},
+                        {"from": "gpt", "value": "A"}]}
+    f = _jsonl(flat / "renamed.jsonl", [row])
+    sample = open_spec(f"spar7m:{f}?conversations=messages&id=qid&category=task&image=pics&reference=why")[0]
+    assert (sample.id, sample.category, sample.options, sample.answer) == ("r1", "depth", ("chair", "desk"), "A")
+    assert set(sample.reference.values()) == {"The chair is nearer."} and sample.image == str(flat / "img/a.jpg")
+
+
+def test_a_gold_naming_no_option_is_refused_naming_the_reply(flat):
+    f = _jsonl(flat / "bad.jsonl", [{**FLAT[0], "conversations": _talk("Where?\nA. left\nB. right", "E")}])
+    assert _error(f"spar7m:{f}").startswith(f"{f}:1: field 'conversations[gpt]' = 'E'")
+
+
+def test_a_select_row_without_options_is_refused_in_the_tree_and_read_alone(tmp_path):
+    root = write_tree(tmp_path)
+    f = root / "spar/scannet/qa_jsonl/train/obj_spatial_relation_oo/select/select_1.jsonl"
+    _jsonl(f, [{**ROWS["scannet"]["train"]["obj_spatial_relation_oo"]["select"][0],
+                "conversations": _talk("Where is the chair (red box)?", "B")}])
+    want = f"{f}:1: field 'conversations[human]': a select row lists no options"
+    assert _error(f"spar7m:{root}", 2) == want and _error(f"spar7m:{f}") == want
+
+
+def test_a_split_folder_missing_or_empty_is_one_line_naming_the_path(tmp_path):
+    (tmp_path / "spar/scannet/qa_jsonl").mkdir(parents=True)
+    spar = tmp_path / "spar"
+    assert _error(f"spar7m:{spar}") == f"{spar}: SPAR-7M has no split 'train' here; its qa_jsonl folders hold no split"
+    (tmp_path / "spar/scannet/qa_jsonl/train/obj_count/judge").mkdir(parents=True)
+    assert _error(f"spar7m:{spar}") == f"{spar}: no qa_jsonl/train/<task>/<format>/*.jsonl file"
+
+
+def test_a_missing_picture_names_file_row_and_field_unless_pictures_go_unchecked(tmp_path):
+    root = write_tree(tmp_path)
+    images = root / "spar/scannet/images/scene0000_00"
+    (images / "image_color/1.jpg").unlink()
+    (images / "video_color/5.jpg").unlink()
+    mv = root / "spar/scannet/qa_jsonl/train/depth_prediction_oc_mv/fill/fill_1.jsonl"
+    video = root / "spar/scannet/qa_jsonl/train/distance_prediction_oo_video/fill/fill_1.jsonl"
+    for spec, i in ((f"spar7m:{root}", 0), (f"spar7m:{mv}", 0)):
+        assert _error(spec, i) == f"{mv}:1: field 'image[1]': image {images / 'image_color/1.jpg'} does not exist"
+    assert _error(f"spar7m:{root}", 1) == (
+        f"{video}:1: field 'image[5]': video frame {images / 'video_color/5.jpg'} does not exist")
+    for spec in (f"spar7m:{root}", f"spar7m:{mv}"):
+        assert open_spec(spec, check_images=False)[0].images[1] == str(images / "image_color/1.jpg")
+
+
+def test_a_picture_to_draw_on_that_cannot_be_read_names_its_field(tmp_path):
+    root = write_tree(tmp_path)
+    images = root / "spar/scannet/images/scene0000_00"
+    (images / "image_color/2.jpg").write_bytes(b"not a jpeg")  # the blue point's picture
+    (images / "video_color/8.jpg").write_bytes(b"not a jpeg")  # a marked frame
+    mv = root / "spar/scannet/qa_jsonl/train/depth_prediction_oc_mv/fill/fill_1.jsonl"
+    video = root / "spar/scannet/qa_jsonl/train/distance_prediction_oo_video/fill/fill_1.jsonl"
+    assert _error(f"spar7m:{root}", 0).startswith(
+        f"{mv}:1: field 'image[2]': image {images / 'image_color/2.jpg'} cannot be read to draw its markers (")
+    assert _error(f"spar7m:{root}", 1).startswith(
+        f"{video}:1: field 'image[8]': image {images / 'video_color/8.jpg'} cannot be read to draw its markers (")
+
+
+@pytest.mark.parametrize(("count", "kind", "video"), [(10, "views", False), (11, "views", True), (1, "nav", False),
+                                                      (2, "nav", True), (3, "nav", True)])
+def test_pictures_are_views_up_to_ten_and_a_nav_rows_are_frames(flat, count, kind, video):
+    """toy_dataset.py: more than 10 pictures are a video's frames, and so are a `nav` row's (here: more than one)."""
+    names = [f"img/{k}.jpg" for k in range(count)]
+    for name in names:
+        _picture(flat / name)
+    f = _jsonl(flat / "n.jsonl", [{"type": kind, "image": names, "conversations": _talk("How far?", "3")}])
+    sample = open_spec(f"spar7m:{f}")[0]
+    pictures = tuple(str(flat / n) for n in names)
+    assert (sample.video.frames if video else (sample.images or (sample.image,))) == pictures
+    assert (sample.video is None) != video and (sample.images == () if video or count == 1 else True)
+
+
+def test_a_video_file_row_reads_as_the_llava_layout_names_it(flat):
+    (flat / "clip.mp4").write_bytes(b"\0")  # read only when the row is encoded
+    f = _jsonl(flat / "v.jsonl", [{"video": "clip.mp4", "conversations": _talk("How many chairs?", "2")},
+                                  {"video": "gone.mp4", "conversations": _talk("How many chairs?", "2")}])
+    assert open_spec(f"spar7m:{f}")[0].video.path == str(flat / "clip.mp4")
+    assert _error(f"spar7m:{f}", 1) == f"{f}:2: field 'video': video {flat / 'gone.mp4'} does not exist"
+
+
+@pytest.mark.parametrize("fps", ["0", "-1", "nan", "two"])
+def test_a_frame_rate_that_is_no_positive_number_is_refused_naming_the_setting(flat, fps):
+    names = [f"img/{k}.jpg" for k in range(11)]
+    for name in names:
+        _picture(flat / name)
+    f = _jsonl(flat / "n.jsonl", [{"image": names, "conversations": _talk("How far?", "3")}])
+    assert open_spec(f"spar7m:{f}?video_fps=0.5")[0].video.fps == 0.5
+    assert _error(f"spar7m:{f}?video_fps={fps}") == (
+        f"{f}:1: field 'image' lists frames, and data.columns video_fps = '{fps}' is no positive number of frames a "
+        "second")

@@ -221,12 +221,13 @@ def video(row: Row, raw: Any, field: str, ctx: Context) -> Video:
     if isinstance(raw, str):
         return Video(path=media(row, raw, field, ctx, "video"))
     if isinstance(raw, (list, tuple)) and raw:
+        frames = tuple(media(row, f, f"{field}[{k}]", ctx, "video frame") for k, f in enumerate(raw))
+        fps = ctx.columns.get("video_fps", 2.0)
         try:
-            fps = float(ctx.columns.get("video_fps", 2.0))
-            return Video(frames=tuple(media(row, f, f"{field}[{k}]", ctx, "video frame") for k, f in enumerate(raw)),
-                         fps=fps)
-        except ValueError as e:  # a video_fps that is no positive number (DatasetError is a ValueError too)
-            raise row.error(f"field '{field}': {e}") from None
+            return Video(frames=frames, fps=float(fps))
+        except ValueError:  # float's, or Video's own check of a rate that is not positive (a DatasetError)
+            raise row.error(f"field '{field}' lists frames, and data.columns video_fps = {fps!r} is no positive "
+                            "number of frames a second") from None
     raise row.error(f"field '{field}' must be a video file or a list of frame files, got {brief(raw)}")
 
 

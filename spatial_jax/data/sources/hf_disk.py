@@ -94,4 +94,4 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
             return conversation.convert(row, ctx, NAME, conversation.FIELDS)
         return trl.convert(row, ctx) if kind == "trl" else easyr1.convert(row, ctx)
 
-    return Source(rows, convert, NAME)
+    return Source(rows, convert)

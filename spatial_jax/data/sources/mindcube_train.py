@@ -75,4 +75,4 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     else:
         rows = JsonLines(path)
         ctx = F.Context(ctx.columns, _data_folder(path), ctx.check)
-    return Source(rows, lambda row: convert(row, ctx), NAME)
+    return Source(rows, lambda row: convert(row, ctx))

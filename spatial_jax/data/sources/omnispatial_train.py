@@ -112,4 +112,4 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     else:
         rows = json_list(path)
         ctx = F.Context(ctx.columns, path.parent, ctx.check)
-    return Source(rows, lambda row: convert(row, ctx), NAME)
+    return Source(rows, lambda row: convert(row, ctx))

@@ -431,8 +431,8 @@ class ZipLines(Rows):
 class Source(Sequence[Sample]):
     """A layout's rows as Samples, each converted when it is asked for (so an error names its row then)."""
 
-    def __init__(self, rows: Rows, convert: Callable[[Row], Sample], name: str):
-        self.rows, self.convert, self.name = rows, convert, name
+    def __init__(self, rows: Rows, convert: Callable[[Row], Sample]):
+        self.rows, self.convert = rows, convert
 
     @property
     def files(self) -> tuple[str, ...]:

@@ -45,11 +45,11 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
         rows = table(path, split)
         base, fmt = _placed(path)
         own = F.Context(ctx.columns, base, ctx.check)
-        return Source(rows, lambda row: convert(row, own, fmt), NAME)
+        return Source(rows, lambda row: convert(row, own, fmt))
     files = _split_files(path, sources, split or SPLIT)
     rows = Concat([table_of([f]) for _, f in files])
     settings = [(F.Context(ctx.columns, source / "images", ctx.check), f.parent.name) for source, f in files]
-    return Source(rows, lambda row: convert(row, *settings[_part(rows, row)]), NAME)
+    return Source(rows, lambda row: convert(row, *settings[_part(rows, row)]))
 
 
 def _sources(path: Path) -> list[Path]:
@@ -75,7 +75,7 @@ def _split_files(path: Path, sources: list[Path], split: str) -> list[tuple[Path
 def _placed(path: Path) -> tuple[Path, str]:
     """(image root, answer format) of rows read outside a tree walk: a file at
     `<source>/qa_jsonl/<split>/<task>/<format>/` resolves against `<source>/images`, others against their folder."""
-    if path.is_file() and len(path.parents) > 4 and path.parents[3].name == "qa_jsonl":
+    if path.is_file() and path.parts[-5:-4] == ("qa_jsonl",):
         return path.parents[4] / "images", path.parent.name
     return (path if path.is_dir() else path.parent), ""
 

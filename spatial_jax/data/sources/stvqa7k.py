@@ -37,4 +37,4 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     split = split or "train"
     rows = table(path, split)
     ctx = F.Context(ctx.columns, Path(path) if Path(path).is_dir() else Path(path).parent, ctx.check)
-    return Source(rows, lambda row: convert(row, ctx, split), NAME)
+    return Source(rows, lambda row: convert(row, ctx, split))
