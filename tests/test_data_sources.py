@@ -38,6 +38,17 @@ def _digest(paths_before):
     return {p: p.stat().st_mtime_ns for p in paths_before}
 
 
+# layout -> the two rows' ids and categories, from the field each layout's authors name them by (the reader's
+# module doc), or the place of the row where the layout has no id
+NAMES = {"verl": (["0", "1"], ["tiny_world"] * 2), "easyr1": (["e0", "e1"], [""] * 2), "trl": (["t0", "t1"], [""] * 2),
+         "hf-disk": (["stvqa7k-train-0", "stvqa7k-train-1"], ["relative_position", "counting"]),
+         "stvqa7k": (["stvqa7k-train-0", "stvqa7k-train-1"], ["relative_position", "counting"]),
+         "omnispatial-train": (["Perspective_Taking_0_0", "Perspective_Taking_1_0"], ["Allocentric"] * 2),
+         "mindcube-train": (["around_0", "around_1"], ["around"] * 2),
+         "spar7m": (["spar0", "spar1"], ["position_matching"] * 2),
+         "vsi590k": (["vsi0", "vsi1"], ["object_rel_direction_easy", "object_counting"])}
+
+
 @pytest.mark.parametrize("layout", list(L.WRITERS))
 def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
     spec, samples = copies[layout]
@@ -47,6 +58,7 @@ def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
     before = _digest(files)
     rows = _show(spec, capsys)
     assert len(rows) == 2
+    assert ([r["id"] for r in rows], [r["category"] for r in rows]) == NAMES[layout]
     for row, s in zip(rows, samples):
         numeric = layout == "vsi590k" and row is rows[-1]
         text = layout in ("easyr1", "trl") and row is rows[0]  # the writers' short text answer
@@ -55,6 +67,7 @@ def test_show_gives_each_row_as_the_copy_holds_it(layout, copies, capsys):
         assert row["options"] == ([] if numeric or text else list(s.options))
         assert row["answer"] == (2 if numeric else L.text_gold(s) if text else s.answer)
         assert row["answer_type"] == ("number" if numeric else "text" if text else "choice")
+        assert row["reference"] == ("2" if numeric else L.cot(s))  # the copy's completion, the SFT target
         if layout == "vsi590k":
             assert row["images"] == [] and row["video"] == {"frames": 4, "fps": 2.0}
         elif layout == "verl" and row is rows[-1]:  # the writer's text-only row

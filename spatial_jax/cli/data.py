@@ -73,10 +73,16 @@ def _video(sample) -> dict | None:
     return {"frames": int(frames), "fps": fps}
 
 
+def _reference(sample) -> str | dict | None:
+    """The SFT target: a layout's one completion, or the synthetic world's one per method prompt."""
+    texts = set(sample.reference.values())
+    return None if not texts else texts.pop() if len(texts) == 1 else dict(sample.reference)
+
+
 def row_view(sample) -> dict:
     out = {"id": sample.id, "question": sample.question, "options": list(sample.options),
            "answer": _plain(sample.answer) if sample.answer_type == "number" else sample.answer,
-           "answer_type": sample.answer_type,
+           "answer_type": sample.answer_type, "category": sample.category, "reference": _reference(sample),
            "images": [_size(sample, r) for r in sample.image_refs], "video": _video(sample)}
     if sample.gt_boxes:
         out["gt_boxes"] = [{"bbox_2d": list(b.bbox), "label": b.label, "validity": b.validity}

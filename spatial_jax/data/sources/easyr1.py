@@ -22,12 +22,13 @@ FIELDS = {"prompt": "problem", "question": "", "images": "images", "videos": "vi
 
 def convert(row: Row, ctx: F.Context):
     fields = FIELDS
-    if "prompt" not in ctx.columns and row.get(FIELDS["prompt"]) is None and isinstance(row.get("prompt"), str):
-        fields = {**FIELDS, "prompt": "prompt"}  # a copy written for RLHFDataset's own default prompt_key
+    if row.get(FIELDS["prompt"]) is None and isinstance(row.get("prompt"), str):
+        fields = {**FIELDS, "prompt": "prompt"}  # a copy written for RLHFDataset's own default prompt_key (a
+        # data.columns prompt still wins: verl.convert reads the columns first)
     return verl.convert(row, ctx, NAME, fields)
 
 
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     rows = table(path, split, default="train")
-    ctx = F.Context(ctx.columns, Path(path) if Path(path).is_dir() else Path(path).parent, ctx.check)
+    ctx = ctx.beside(path)
     return Source(rows, lambda row: convert(row, ctx))

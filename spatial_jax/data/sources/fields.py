@@ -42,6 +42,12 @@ class Context:
     def media_root(self) -> Path:
         return Path(self.columns["image_dir"]) if "image_dir" in self.columns else self.base
 
+    def beside(self, path: Path) -> Context:
+        """These settings with relative media resolved in the copy's own folder: PATH, or the folder of the file
+        PATH names (verl's and EasyR1's RLHFDataset join them to image_dir, which the copy's folder stands for)."""
+        path = Path(path)
+        return dataclasses.replace(self, base=path if path.is_dir() else path.parent)
+
 
 def parse_columns(entries) -> dict[str, str]:
     """`("question=problem", "image_dir=/data/img")` -> a dict; DatasetError for an entry that is no `key=value`."""

@@ -25,8 +25,9 @@ FIELDS = {"question": "question_only", "options": "options", "answer": "answer_o
 
 def convert(row: Row, ctx: F.Context, split: str):
     col = {k: ctx.col(k, v) for k, v in FIELDS.items()}
-    question, inline = F.split_options(F.strip_markers(row.need(col["question"], str)))
-    options = F.option_texts(row, row.need(col["options"]), col["options"]) if col["options"] else inline
+    # options come from their own column; any the question lists (question_with_options) are split off it
+    question, _ = F.split_options(F.strip_markers(row.need(col["question"], str)))
+    options = F.option_texts(row, row.need(col["options"]), col["options"])
     return F.sample(row, sid=row.get(col["id"], f"{NAME}-{split}-{row.index}"), question=question,
                     options=options, answer=row.need(col["answer"], (str, int)), answer_field=col["answer"],
                     pictures=F.media_list(row, row.need(col["images"]), col["images"], ctx),
@@ -36,5 +37,5 @@ def convert(row: Row, ctx: F.Context, split: str):
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     split = split or "train"
     rows = table(path, split)
-    ctx = F.Context(ctx.columns, Path(path) if Path(path).is_dir() else Path(path).parent, ctx.check)
+    ctx = ctx.beside(path)
     return Source(rows, lambda row: convert(row, ctx, split))

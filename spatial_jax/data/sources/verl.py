@@ -64,5 +64,5 @@ def convert(row: Row, ctx: F.Context, name: str = NAME, fields: dict = FIELDS) -
 
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     rows = table(path, split, default="train")
-    ctx = F.Context(ctx.columns, Path(path) if Path(path).is_dir() else Path(path).parent, ctx.check)
+    ctx = ctx.beside(path)
     return Source(rows, lambda row: convert(row, ctx))

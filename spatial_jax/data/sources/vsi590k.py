@@ -72,6 +72,6 @@ def convert(row: Row, ctx: F.Context, zips: dict[Path, ZipFiles]):
 
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     rows = table(path, split)
-    ctx = F.Context(ctx.columns, Path(path) if Path(path).is_dir() else Path(path).parent, ctx.check)
+    ctx = ctx.beside(path)
     zips: dict[Path, ZipFiles] = {}  # each source's zip indexed once, when a row first needs it
     return Source(rows, lambda row: convert(row, ctx, zips))

@@ -1,0 +1,163 @@
+"""verl's, EasyR1's and TRL's RL sets as users hold them beyond the tiny copies of test_data_sources.py: a folder of
+split files with pictures beside them, each framework's own default keys (RLHFDataset's `prompt`, trl's `answer`
+where a set names no `solution`, `images` beside `image`), renamed fields, and rows that break, each message read in
+full. Row shapes from verl's examples/data_preprocess/geo3k.py, EasyR1's examples/config.yaml with RLHFDataset's
+defaults, and trl's GRPO vision docs (see each reader's module doc)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from spatial_jax.data.sources import open_spec
+
+QUESTION = "Which object is nearer?\nA. the cube\nB. the ball"
+
+
+def _row(fmt: str, picture: str | None, gold="A", **extra) -> dict:
+    """One row of FMT with one picture (or none), as each framework's published sets write it."""
+    if fmt == "verl":
+        row = {"prompt": [{"role": "user", "content": ("<image>" if picture else "") + QUESTION}],
+               "images": [picture] if picture else [], "reward_model": {"style": "rule", "ground_truth": gold}}
+    elif fmt == "easyr1":
+        row = {"problem": ("<image>" if picture else "") + QUESTION, "answer": gold,
+               "images": [picture] if picture else []}
+    else:
+        row = {"prompt": QUESTION, "solution": gold, **({"image": picture} if picture else {})}
+    return {**row, **extra}
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _picture(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+
+
+def _error(spec: str, index: int = 0, **kw) -> str:
+    with pytest.raises(ValueError) as e:
+        open_spec(spec, **kw)[index]
+    return str(e.value)
+
+
+@pytest.mark.parametrize("fmt", ["verl", "easyr1", "trl"])
+def test_a_folder_of_splits_reads_the_split_named_its_pictures_beside_it(tmp_path, fmt):
+    for name in ("a", "b"):
+        _picture(tmp_path / "img" / f"{name}.png")
+    _write(tmp_path / "train.jsonl", [_row(fmt, "img/a.png"), _row(fmt, None, gold="B")])
+    test = _write(tmp_path / "test.jsonl", [_row(fmt, "img/b.png", gold="B")])
+    train = [(s.id, s.answer, s.image) for s in open_spec(f"{fmt}:{tmp_path}")]  # no split: train, as they default
+    assert train == [(f"{fmt}-0", "A", str(tmp_path / "img/a.png")), (f"{fmt}-1", "B", None)]
+    assert open_spec(f"{fmt}:{tmp_path}:train")[1].images == ()  # the text-only row
+    for spec in (f"{fmt}:{tmp_path}:test", f"{fmt}:{test}"):
+        (s,) = open_spec(spec)
+        assert (s.id, s.question, s.options, s.answer, s.image) == (
+            f"{fmt}-0", "Which object is nearer?", ("the cube", "the ball"), "B", str(tmp_path / "img/b.png"))
+
+
+@pytest.mark.parametrize(("fmt", "field"), [("verl", "images[0]"), ("easyr1", "images[0]"), ("trl", "image")])
+def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path, fmt, field):
+    f = _write(tmp_path / "train.jsonl", [_row(fmt, "img/gone.png")])
+    assert _error(f"{fmt}:{f}") == f"{f}:1: field '{field}': image {tmp_path / 'img/gone.png'} does not exist"
+    assert open_spec(f"{fmt}:{f}", check_images=False)[0].image == str(tmp_path / "img/gone.png")
+
+
+@pytest.mark.parametrize(("fmt", "field"), [("verl", "reward_model.ground_truth"), ("easyr1", "answer"),
+                                            ("trl", "solution")])
+def test_a_gold_that_is_no_answer_names_the_framework_field(tmp_path, fmt, field):
+    f = _write(tmp_path / "train.jsonl", [_row(fmt, None, gold=["A"]), _row(fmt, None, gold="E")])
+    assert _error(f"{fmt}:{f}") == f"{f}:1: field '{field}' must be a string or an integer or a number, got ['A']"
+    assert _error(f"{fmt}:{f}", 1) == f"{f}:2: field '{field}' = 'E' is none of the 2 options ['the cube', 'the ball']"
+
+
+@pytest.mark.parametrize("fmt", ["verl", "easyr1", "trl"])
+def test_renamed_id_category_and_reference_are_read_from_their_columns(tmp_path, fmt):
+    f = _write(tmp_path / "train.jsonl", [_row(fmt, None, uid="q7", kind="depth", why="<think>r</think> A")])
+    s = open_spec(f"{fmt}:{f}?id=uid&category=kind&reference=why")[0]
+    assert (s.id, s.category, set(s.reference.values())) == ("q7", "depth", {"<think>r</think> A"})
+    plain = open_spec(f"{fmt}:{f}")[0]
+    assert (plain.id, plain.reference) == (f"{fmt}-0", {})  # RL rows carry no completion unless one is named
+    assert plain.category == ""  # no column names one
+
+
+def test_verl_names_a_row_by_its_index_and_category_by_its_data_source(tmp_path):
+    f = _write(tmp_path / "train.jsonl", [_row("verl", None, data_source="geo3k", extra_info={"index": 12})])
+    s = open_spec(f"verl:{f}")[0]
+    assert (s.id, s.category) == ("12", "geo3k")
+
+
+def test_easyr1_reads_rlhfdatasets_own_prompt_key_where_a_set_has_no_problem(tmp_path):
+    """RLHFDataset's prompt_key defaults to `prompt`; EasyR1's config.yaml sets `problem`. A set written for the
+    default reads without a key; a row holding both reads `problem`, and a named column wins over either."""
+    f = _write(tmp_path / "train.jsonl", [
+        {"prompt": QUESTION, "answer": "A"},
+        {"problem": "How far is it?", "prompt": QUESTION, "answer": "2"},
+        {"q": "How far is it?", "prompt": QUESTION, "answer": "3"}])
+    rows = open_spec(f"easyr1:{f}")
+    assert [(s.question, s.answer) for s in rows[:2]] == [("Which object is nearer?", "A"), ("How far is it?", 2.0)]
+    assert open_spec(f"easyr1:{f}?prompt=q")[2].question == "How far is it?"
+    assert _error(f"easyr1:{f}?prompt=q") == f"{f}:1: missing field 'q'"
+
+
+def test_trl_reads_a_gold_named_answer_where_a_set_has_no_solution(tmp_path):
+    f = _write(tmp_path / "train.jsonl", [
+        {"prompt": QUESTION, "answer": "B"},
+        {"prompt": QUESTION, "solution": "A", "answer": "B"},
+        {"prompt": QUESTION, "answer": ["B"]}])
+    rows = open_spec(f"trl:{f}")
+    assert [s.answer for s in rows[:2]] == ["B", "A"]
+    assert _error(f"trl:{f}", 2) == f"{f}:3: field 'answer' must be a string or an integer or a number, got ['B']"
+    # a named column is read as named: no fallback to `answer`
+    assert _error(f"trl:{f}?answer=gold") == f"{f}:1: missing field 'gold'"
+
+
+def test_trl_takes_images_before_image_and_either_may_be_renamed(tmp_path):
+    for name in ("a", "b", "c"):
+        _picture(tmp_path / f"{name}.png")
+    f = _write(tmp_path / "train.jsonl", [
+        {"prompt": QUESTION, "solution": "A", "images": ["a.png", "b.png"], "image": "c.png"},
+        {"prompt": QUESTION, "solution": "A", "images": [], "image": "c.png"},
+        {"prompt": QUESTION, "solution": "A", "pics": ["b.png"], "pic": "a.png"}])
+    rows = open_spec(f"trl:{f}")
+    assert rows[0].images == (str(tmp_path / "a.png"), str(tmp_path / "b.png"))
+    assert rows[1].image == str(tmp_path / "c.png") and rows[2].images == () and rows[2].image is None
+    assert open_spec(f"trl:{f}?images=pics")[2].image == str(tmp_path / "b.png")
+    assert open_spec(f"trl:{f}?image=pic")[2].image == str(tmp_path / "a.png")
+    (tmp_path / "b.png").unlink()
+    assert _error(f"trl:{f}") == f"{f}:1: field 'images[1]': image {tmp_path / 'b.png'} does not exist"
+
+
+def _stvqa(tmp_path: Path, rows: list[dict]) -> str:
+    """STVQA-7K's card features (hunarbatra/STVQA-7K), as JSON lines named by their split (the reader takes a
+    folder's `<split>.jsonl` as it takes the Hub's `data/<split>-*.parquet`; the rows' types may differ here)."""
+    _picture(tmp_path / "p.png")
+    base = {"images": "p.png", "question_only": "Which is nearer?", "options": ["A. the cube", "B. the ball"],
+            "question_with_options": "Which is nearer?\nA. the cube\nB. the ball",
+            "answer_option_text": "(B) the ball", "answer": "<answer>(B) the ball</answer>", "category": "depth"}
+    _write(tmp_path / "val.jsonl", [{**base, **r} for r in rows])
+    return f"stvqa7k:{tmp_path}:val"
+
+
+def test_stvqa7k_rows_that_break_name_file_row_and_field(tmp_path):
+    spec = _stvqa(tmp_path, [{}, {"question_only": None}, {"options": "A. the cube"}, {"answer_option_text": 1.5},
+                             {"images": None}, {"images": "gone.png"}])
+    f = tmp_path / "val.jsonl"
+    s = open_spec(spec)[0]
+    assert (s.id, s.question, s.options, s.answer, s.category, s.image) == (
+        "stvqa7k-val-0", "Which is nearer?", ("the cube", "the ball"), "B", "depth", str(tmp_path / "p.png"))
+    assert set(s.reference.values()) == {"<answer>(B) the ball</answer>"}  # SpatialThinker's completion
+    assert [_error(spec, k) for k in range(1, 6)] == [
+        f"{f}:2: missing field 'question_only'",
+        f"{f}:3: field 'options' must be a list of option texts, got 'A. the cube'",
+        f"{f}:4: field 'answer_option_text' must be a string or an integer, got 1.5",
+        f"{f}:5: missing field 'images'",
+        f"{f}:6: field 'images': image {tmp_path / 'gone.png'} does not exist"]
+    # the authors' baseline keys: options inside the question are split off, the list still gives them
+    s = open_spec(spec + "?question=question_with_options&id=question_only")[0]
+    assert (s.id, s.question, s.options) == ("Which is nearer?", "Which is nearer?", ("the cube", "the ball"))
