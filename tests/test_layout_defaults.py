@@ -161,3 +161,31 @@ def test_stvqa7k_rows_that_break_name_file_row_and_field(tmp_path):
     # the authors' baseline keys: options inside the question are split off, the list still gives them
     s = open_spec(spec + "?question=question_with_options&id=question_only")[0]
     assert (s.id, s.question, s.options) == ("Which is nearer?", "Which is nearer?", ("the cube", "the ball"))
+
+
+@pytest.mark.parametrize("fmt", ["verl", "trl"])
+def test_a_chat_prompt_is_read_from_its_last_user_turns_text_parts(tmp_path, fmt):
+    parts = [{"type": "text", "text": "Which object is nearer?"}, {"type": "image", "text": None},
+             {"type": "text", "text": None}, "a stray string", {"type": "text", "text": "\nA. the cube\nB. the ball"}]
+    chat = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "An earlier question"},
+            {"role": "assistant", "content": "A"}, {"role": "user", "content": parts}]
+    gold = {"reward_model": {"ground_truth": "B"}} if fmt == "verl" else {"solution": "B"}
+    f = _write(tmp_path / "train.jsonl", [
+        {"prompt": chat, **gold}, {"prompt": chat[:1], **gold}, {"prompt": [{"role": "user", "content": 5}], **gold},
+        {"prompt": {"role": "user", "content": QUESTION}, **gold}])
+    s = open_spec(f"{fmt}:{f}")[0]
+    # a picture's part between the question and its options does not join them
+    assert (s.question, s.options, s.answer) == ("Which object is nearer?", ("the cube", "the ball"), "B")
+    assert [_error(f"{fmt}:{f}", k) for k in (1, 2)] == [
+        f"{f}:2: field 'prompt' holds no user turn", f"{f}:3: field 'prompt': the user turn's content is no text"]
+    assert _error(f"{fmt}:{f}", 3).startswith(f"{f}:4: field 'prompt' must be a string or a list, got {{'content': ")
+
+
+@pytest.mark.parametrize("fmt", ["verl", "easyr1"])
+def test_a_video_row_reads_its_file_or_frames_and_names_a_missing_one(tmp_path, fmt):
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos" / "clip.mp4").write_bytes(b"\0")  # decoded only when the row is encoded
+    f = _write(tmp_path / "train.jsonl", [_row(fmt, None, videos=["videos/clip.mp4"]),
+                                          _row(fmt, None, videos=["videos/gone.mp4"])])
+    assert open_spec(f"{fmt}:{f}")[0].video.path == str(tmp_path / "videos/clip.mp4")
+    assert _error(f"{fmt}:{f}", 1) == f"{f}:2: field 'videos': video {tmp_path / 'videos/gone.mp4'} does not exist"

@@ -45,7 +45,7 @@ def convert(row: Row, ctx: F.Context):
         raise row.error(f"field '{col['question']}' lists no options (`A. ...`)")
     return F.sample(row, sid=rid, question=question, options=options, answer=row.need(col["answer"], str),
                     answer_field=col["answer"], pictures=F.media_list(row, row.need(col["images"]), col["images"], ctx),
-                    category=setting(rid), reference=row.get(col["reference"]) if col["reference"] else None)
+                    category=setting(rid), reference=row.get(col["reference"]))
 
 
 def _data_folder(file: PurePath) -> PurePath:

@@ -83,7 +83,7 @@ def convert(row: Row, ctx: F.Context):
     options, meta = drawn_options(category) if raw == [] else (F.option_texts(row, raw, col["options"]), {})
     return F.sample(row, sid=f"{task}_{rid}", question=question(row, col["question"]), options=options,
                     answer=gold(row, col["answer"], options), answer_field=col["answer"], pictures=(image,),
-                    category=category, reference=row.get(col["reference"]) if col["reference"] else None, meta=meta)
+                    category=category, reference=row.get(col["reference"]), meta=meta)
 
 
 def _zipped(path: Path, ctx: F.Context) -> tuple[ListRows, F.Context]:

@@ -29,7 +29,7 @@ def convert(row: Row, ctx: F.Context):
     return F.sample(row, sid=row.get(col["id"], f"{NAME}-{row.index}"), question=question, options=options,
                     answer=row.need(answer, (str, int, float)), answer_field=answer,
                     pictures=pictures, category=str(row.get(col["category"], "")),
-                    reference=row.get(col["reference"]) if col["reference"] else None)
+                    reference=row.get(col["reference"]))
 
 
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:

@@ -23,7 +23,8 @@ FIELDS = {"prompt": "prompt", "question": "extra_info.question", "images": "imag
 
 
 def user_text(row: Row, field: str) -> str:
-    """The text of the last user turn of a chat list (a string, or a list of {type: text} parts), or a string."""
+    """The text of the last user turn of a chat list (a string, or the text of its {type: text} parts), or a
+    string."""
     prompt = row.need(field, (str, list))
     if isinstance(prompt, str):
         return prompt
@@ -31,9 +32,8 @@ def user_text(row: Row, field: str) -> str:
     if not turns:
         raise row.error(f"field '{field}' holds no user turn")
     content = turns[-1].get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text") or "" if p.get("type") == "text" else "<image>" if p.get("type") == "image"
-                          else "" for p in content if isinstance(p, dict))
+    if isinstance(content, list):  # the pictures' parts are placed by the pipeline: the text parts only
+        content = "".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
     if not isinstance(content, str):
         raise row.error(f"field '{field}': the user turn's content is no text")
     return content
@@ -51,7 +51,7 @@ def pictures(row: Row, ctx: F.Context, images: str, videos: str):
 
 def convert(row: Row, ctx: F.Context, name: str = NAME, fields: dict = FIELDS) -> object:
     col = {k: ctx.col(k, v) for k, v in fields.items()}
-    text = row.get(col["question"]) if col["question"] else None
+    text = row.get(col["question"])
     if not isinstance(text, str):
         text = user_text(row, col["prompt"])
     question, options = F.split_options(F.strip_markers(text))
@@ -59,7 +59,7 @@ def convert(row: Row, ctx: F.Context, name: str = NAME, fields: dict = FIELDS) -
     return F.sample(row, sid=row.get(col["id"], f"{name}-{row.index}"), question=question, options=options,
                     answer=row.need(col["answer"], (str, int, float)), answer_field=col["answer"], pictures=images,
                     clip=clip, category=str(row.get(col["category"], "")),
-                    reference=row.get(col["reference"]) if col["reference"] else None)
+                    reference=row.get(col["reference"]))
 
 
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
