@@ -146,18 +146,20 @@ def _stvqa(tmp_path: Path, rows: list[dict]) -> str:
 
 def test_stvqa7k_rows_that_break_name_file_row_and_field(tmp_path):
     spec = _stvqa(tmp_path, [{}, {"question_only": None}, {"options": "A. the cube"}, {"answer_option_text": 1.5},
-                             {"images": None}, {"images": "gone.png"}])
+                             {"images": None}, {"images": "gone.png"}, {"question_only": 5}, {"category": None}])
     f = tmp_path / "val.jsonl"
     s = open_spec(spec)[0]
     assert (s.id, s.question, s.options, s.answer, s.category, s.image) == (
         "stvqa7k-val-0", "Which is nearer?", ("the cube", "the ball"), "B", "depth", str(tmp_path / "p.png"))
     assert set(s.reference.values()) == {"<answer>(B) the ball</answer>"}  # SpatialThinker's completion
-    assert [_error(spec, k) for k in range(1, 6)] == [
+    assert [_error(spec, k) for k in range(1, 7)] == [
         f"{f}:2: missing field 'question_only'",
         f"{f}:3: field 'options' must be a list of option texts, got 'A. the cube'",
         f"{f}:4: field 'answer_option_text' must be a string or an integer, got 1.5",
         f"{f}:5: missing field 'images'",
-        f"{f}:6: field 'images': image {tmp_path / 'gone.png'} does not exist"]
+        f"{f}:6: field 'images': image {tmp_path / 'gone.png'} does not exist",
+        f"{f}:7: field 'question_only' must be a string, got 5"]
+    assert open_spec(spec)[7].category == ""  # a row with no category has none
     # the authors' baseline keys: options inside the question are split off, the list still gives them
     s = open_spec(spec + "?question=question_with_options&id=question_only")[0]
     assert (s.id, s.question, s.options) == ("Which is nearer?", "Which is nearer?", ("the cube", "the ball"))
@@ -189,3 +191,11 @@ def test_a_video_row_reads_its_file_or_frames_and_names_a_missing_one(tmp_path, 
                                           _row(fmt, None, videos=["videos/gone.mp4"])])
     assert open_spec(f"{fmt}:{f}")[0].video.path == str(tmp_path / "videos/clip.mp4")
     assert _error(f"{fmt}:{f}", 1) == f"{f}:2: field 'videos': video {tmp_path / 'videos/gone.mp4'} does not exist"
+
+
+def test_stvqa7k_reads_its_train_split_where_none_is_named(tmp_path):
+    _stvqa(tmp_path, [{}, {}])
+    (tmp_path / "val.jsonl").rename(tmp_path / "train.jsonl")
+    _stvqa(tmp_path, [{"category": "other"}])
+    assert [(s.id, s.category) for s in open_spec(f"stvqa7k:{tmp_path}")] == [
+        ("stvqa7k-train-0", "depth"), ("stvqa7k-train-1", "depth")]

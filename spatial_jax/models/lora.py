@@ -99,8 +99,7 @@ def lora_layers(model: nnx.Module) -> Iterator[LoRALinear]:
             yield node
 
 
-@contextlib.contextmanager
-def disable_adapters(model: nnx.Module) -> Iterator[nnx.Module]:
+def _disable_adapters(model: nnx.Module) -> Iterator[nnx.Module]:
     """Within the block, `model` runs with every adapter switched off: the frozen base policy (the KL reference),
     from the same weights. Works inside traced functions too (the switch is a static attribute)."""
     layers = list(lora_layers(model))
@@ -112,6 +111,10 @@ def disable_adapters(model: nnx.Module) -> Iterator[nnx.Module]:
     finally:
         for layer, prev in zip(layers, previous):
             layer.adapters_enabled = prev
+
+
+# applied by a call, not as a decorator, so that tools/mutation.sh (mutmut skips decorated functions) reaches it
+disable_adapters = contextlib.contextmanager(_disable_adapters)
 
 
 def merge_lora(model: nnx.Module) -> nnx.Module:
