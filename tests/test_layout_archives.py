@@ -207,3 +207,25 @@ def test_a_folder_holding_two_copies_one_level_down_is_refused_naming_both(tmp_p
         (tmp_path / name / "data.json").write_text("[]")
     err = _refusal(f"omnispatial-train:{tmp_path}", capsys, 1)
     assert f"holds 2 copies of OmniSpatial's training split ({tmp_path / 'first/data.json'}, " in err
+
+
+def test_vsi590k_image_lists_are_read_from_their_sources_archive(tmp_path, capsys):
+    """An `image` list (multi-view rows) reads its members from its source's zip; a picture in a tar.gz is named as
+    an image (not a video) with the command that extracts it; a folder of split files reads the split named."""
+    ss = L.samples(2)
+    root = tmp_path / "VSI-590K"
+    names = [f"hypersim/v{i}.png" for i in range(2)]
+    _zip(root / "hypersim.zip", {n: L.png(s.image) for n, s in zip(names, ss)})
+    row = vsi_rows(ss[:1], [names], "image")[0]
+    _jsonl(root / "test.jsonl", [row])
+    _jsonl(root / "train.jsonl", [{**row, "id": "other"}])
+    (shown,) = _show(f"vsi590k:{root}:test", capsys, 5)
+    assert (shown["id"], shown["images"]) == ("vsi0", [{"width": 96, "height": 96}] * 2)
+    with tarfile.open(root / "arkitscenes.tar.gz", "w:gz") as t:
+        t.add(root / "test.jsonl", arcname="arkitscenes/x.jsonl")
+    spec = _jsonl(root / "tar.jsonl", vsi_rows(ss[:1], [["arkitscenes/a.png"]], "image"))
+    assert _refusal(spec, capsys, 1).strip().endswith(
+        f"{root / 'tar.jsonl'}:1: field 'image': image {root / 'arkitscenes/a.png'} is not on disk; it is in the "
+        f"archive {root / 'arkitscenes.tar.gz'}, not extracted: extract it with "
+        f"`tar -xzf {root / 'arkitscenes.tar.gz'} -C {root}`")
+    assert open_spec(spec, check_images=False)[0].image == str(root / "arkitscenes/a.png")  # unchecked: a path

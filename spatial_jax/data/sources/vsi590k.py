@@ -16,6 +16,7 @@ Columns: conversations, image, video, id, category (default question_type), refe
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from spatial_jax.data.sources import conversation
@@ -54,7 +55,7 @@ def _from_archive(row: Row, ctx: F.Context, zips: dict[Path, ZipFiles]) -> F.Con
                             f"with `unzip -n {zipped} -d {root}`")
         if zipped not in zips:
             zips[zipped] = ZipFiles(zipped)
-        return F.Context(ctx.columns, ctx.base, ctx.check, zips[zipped])
+        return dataclasses.replace(ctx, members=zips[zipped])
     if tar.is_file():
         raise row.error(f"{where} it is in the archive {tar}, not extracted: extract it with "
                         f"`tar -xzf {tar} -C {root}`")
