@@ -108,3 +108,10 @@ def test_a_broken_folder_is_one_line_naming_the_file(tmp_path):
     (tmp_path / "dd").mkdir()
     (tmp_path / "dd" / "dataset_dict.json").write_text("{}")
     assert _error(f"hf-disk:{tmp_path / 'dd'}") == f"{tmp_path / 'dd'}: split '' is none of the saved splits []"
+
+
+def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path):
+    folder = save(tmp_path / "ds", [ROWS["stvqa7k"]])
+    assert _error(f"hf-disk:{folder}") == (
+        f"{folder / 'data-00000-of-00001.arrow'} row 0: field 'images': image {folder / 'p.png'} does not exist")
+    assert open_spec(f"hf-disk:{folder}", check_images=False)[0].image == str(folder / "p.png")

@@ -43,12 +43,14 @@ def split_folder(path: Path, split: str) -> Path:
     raise DatasetError(f"{path}: no state.json or dataset_dict.json (a datasets save_to_disk folder)")
 
 
-def layout_of(row: Row, forced: str = "") -> str:
+def layout_of(row: Row, forced: str | None) -> str:
+    """The layout data.columns names (`forced`), else the one the row's columns name (the rows of an Arrow file are
+    always objects)."""
     if forced:
         if forced not in LAYOUTS:
             raise DatasetError(f"data.columns layout={forced!r} is none of {list(LAYOUTS)}")
         return forced
-    data = row.data if isinstance(row.data, dict) else {}
+    data = row.data
     if "reward_model" in data:
         return "verl"
     if "answer_option_text" in data:
@@ -66,7 +68,7 @@ def layout_of(row: Row, forced: str = "") -> str:
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     folder = split_folder(Path(path), split)
     state = _read_json(folder / "state.json")
-    listed = state.get("_data_files", [])
+    listed = state.get("_data_files")
     if not isinstance(listed, list) or not listed:
         raise DatasetError(f"{folder / 'state.json'}: lists no '_data_files'")
     files = []
@@ -81,17 +83,9 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
         if not f.is_file():
             raise DatasetError(f"{folder / 'state.json'}: names {f.name}, which is missing")
     rows = ArrowRows(files)
-    ctx = F.Context(ctx.columns, folder, ctx.check)
-    forced = ctx.columns.get("layout", "")
-
-    def convert(row: Row):
-        kind = layout_of(row, forced)
-        if kind == "verl":
-            return verl.convert(row, ctx)
-        if kind == "stvqa7k":
-            return stvqa7k.convert(row, ctx, split or "train")
-        if kind == "conversation":
-            return conversation.convert(row, ctx, NAME, conversation.FIELDS)
-        return trl.convert(row, ctx) if kind == "trl" else easyr1.convert(row, ctx)
-
-    return Source(rows, convert)
+    ctx = ctx.beside(folder)
+    forced = ctx.columns.get("layout")
+    readers = {"verl": verl.convert, "stvqa7k": lambda row, ctx: stvqa7k.convert(row, ctx, split or "train"),
+               "conversation": lambda row, ctx: conversation.convert(row, ctx, NAME, conversation.FIELDS),
+               "trl": trl.convert, "easyr1": easyr1.convert}
+    return Source(rows, lambda row: readers[layout_of(row, forced)](row, ctx))
