@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from spatial_jax.data.sample import LETTERS, DatasetError
 from spatial_jax.data.sources import fields as F
@@ -88,7 +88,7 @@ def convert(row: Row, ctx: F.Context):
 
 def _zipped(path: Path, ctx: F.Context) -> tuple[ListRows, F.Context]:
     members = ZipFiles(path)
-    found = sorted((n for n in members.names if n.rsplit("/", 1)[-1] == "data.json" and not apple_metadata(n)),
+    found = sorted((n for n in members.names if PurePosixPath(n).name == "data.json" and not apple_metadata(n)),
                    key=len)
     if not found:
         raise DatasetError(f"{path}: the archive holds no data.json")
