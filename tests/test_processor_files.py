@@ -41,8 +41,13 @@ def test_transformers_reads_the_image_processor_as_the_data_layer_preprocesses(m
     ours, grid = preprocess([image], IMAGE)
     assert np.array_equal(got["image_grid_thw"], np.asarray(grid).reshape(-1, 3))
     np.testing.assert_allclose(got["pixel_values"], ours, atol=1e-5)  # float32 against transformers' own rounding
-    written = json.loads((tmp_path / "preprocessor_config.json").read_text())
-    assert written == image_processor_config(IMAGE, classes)
+    text = (tmp_path / "preprocessor_config.json").read_text()
+    assert json.loads(text) == image_processor_config(IMAGE, classes) == {
+        "image_processor_type": classes["image_processor_type"], "processor_class": classes["processor_class"],
+        "size": {"shortest_edge": 3136, "longest_edge": 12544}, "patch_size": 14, "temporal_patch_size": 2,
+        "merge_size": 2, "image_mean": list(IMAGE.image_mean), "image_std": list(IMAGE.image_std), "do_resize": True,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "do_convert_rgb": True}
+    assert text == json.dumps(json.loads(text), indent=2) + "\n"  # as save_pretrained writes its JSON: indented
 
 
 def test_the_video_file_holds_the_video_configs_own_settings(tmp_path):
@@ -57,7 +62,8 @@ def test_the_video_file_holds_the_video_configs_own_settings(tmp_path):
         "do_sample_frames": True, "fps": 1.5, "min_frames": 2, "max_frames": 64, "cap_pixels_per_frame": True,
         "max_video_tokens": 300}
     assert written == video_processor_config(VIDEO, classes)
-    assert (tmp_path / "video_preprocessor_config.json").read_text().endswith("}\n")
+    text = (tmp_path / "video_preprocessor_config.json").read_text()
+    assert text == json.dumps(written, indent=2) + "\n"
 
 
 @pytest.mark.parametrize("classes", [

@@ -42,6 +42,7 @@ def _text_rope(cls, head_dim: int, theta: float, section: list[int]):
 @pytest.mark.parametrize(("cls", "interleaved", "head_dim", "section"), [
     (q3.Qwen3VLTextRotaryEmbedding, True, 128, [24, 20, 20]),  # Qwen3-VL's released sections
     (q3.Qwen3VLTextRotaryEmbedding, True, 32, [6, 5, 5]),
+    (q3.Qwen3VLTextRotaryEmbedding, True, 32, [6, 6, 4]),  # h and w apart: each bound read from its own section
     (q25.Qwen2_5_VLRotaryEmbedding, False, 128, [16, 24, 24]),  # Qwen2.5-VL's
     (q25.Qwen2_5_VLRotaryEmbedding, False, 32, [4, 6, 6])])
 def test_decoder_cos_sin_equal_transformers(cls, interleaved, head_dim, section):
@@ -213,3 +214,18 @@ def test_inputs_that_disagree_are_refused(ids, grids, kw, message):
     with pytest.raises(ValueError) as e:
         get_rope_index(ids, grids, None, image_token_id=IMG, spatial_merge_size=M, **kw)
     assert str(e.value) == message
+
+
+def test_video_times_floor_a_float32_product_as_transformers():
+    """A video's k-th temporal patch sits at floor(k * tokens_per_second * second_per_grid) taken in float32, as
+    transformers takes it: with 2 tokens a second and 0.35 s a patch, patch 10 is at 7 (float32's 10 * 0.7 is 7.0;
+    in float64 it is 6.9999999)."""
+    t, h, w = 11, 2, 2
+    ids = np.array([[5, START] + [VID] * t + [END, 6]])
+    mask = np.ones_like(ids)
+    pos, _ = get_rope_index(ids, [[t, h, w]], mask, image_token_id=IMG, spatial_merge_size=M, video_token_id=VID,
+                            tokens_per_second=2.0, second_per_grid=[0.35])
+    want, _ = _theirs(_Stand(q25.Qwen2_5_VLModel, 2.0), ids, mask, [], [(t, h, w)],
+                      second_per_grid_ts=torch.tensor([0.35]))
+    np.testing.assert_array_equal(pos, want)
+    assert pos[0, 0, 2 + 10] - pos[0, 0, 2] == 7

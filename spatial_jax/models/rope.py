@@ -21,8 +21,7 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (xf * cos + rotate_half(xf) * sin).astype(x.dtype)
 
 
-def mrope_axis_of_frequency(head_dim: int, mrope_section: tuple[int, int, int],
-                            interleaved: bool = True) -> np.ndarray:
+def mrope_axis_of_frequency(head_dim: int, mrope_section: tuple[int, int, int], interleaved: bool) -> np.ndarray:
     """Which position axis (0 = t, 1 = h, 2 = w) drives each of the head_dim/2 frequencies.
 
     Qwen3-VL interleaves the axes: frequency i follows h when i % 3 == 1 and i < 3 * section_h, w when
@@ -32,7 +31,7 @@ def mrope_axis_of_frequency(head_dim: int, mrope_section: tuple[int, int, int],
     """
     n = head_dim // 2
     if not interleaved:
-        return np.repeat(np.arange(3, dtype=np.int32), mrope_section)[:n]
+        return np.repeat(np.arange(3), mrope_section)[:n]
     axis = np.zeros(n, np.int32)
     for i in range(n):
         if i % 3 == 1 and i < 3 * mrope_section[1]:
@@ -43,7 +42,7 @@ def mrope_axis_of_frequency(head_dim: int, mrope_section: tuple[int, int, int],
 
 
 def mrope_cos_sin(positions: jax.Array, head_dim: int, theta: float, mrope_section: tuple[int, int, int],
-                  interleaved: bool = True) -> tuple[jax.Array, jax.Array]:
+                  interleaved: bool) -> tuple[jax.Array, jax.Array]:
     """positions [3, B, T] int -> cos, sin [B, T, head_dim] float32."""
     inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
     axis = mrope_axis_of_frequency(head_dim, mrope_section, interleaved)
@@ -94,15 +93,12 @@ def get_rope_index(
         raise ValueError(f"input_ids must be [B, T], got shape {input_ids.shape}")
     B, T = input_ids.shape
     mask = np.ones((B, T), bool) if attention_mask is None else np.asarray(attention_mask).astype(bool)
-    if image_grid_thw is None:
-        grids = np.zeros((0, 3), np.int64)
-    else:
-        grids = np.asarray(image_grid_thw, np.int64).reshape(-1, 3)
-    positions = np.zeros((3, B, T), np.int64)
-    deltas = np.zeros((B,), np.int64)
+    grids = np.asarray([] if image_grid_thw is None else image_grid_thw).reshape(-1, 3)
+    positions = np.zeros((3, B, T), np.int32)
+    deltas = np.zeros((B,), np.int32)
     next_image = 0
     if second_per_grid is not None:
-        second_per_grid = np.asarray(second_per_grid, np.float32).reshape(-1)
+        second_per_grid = np.ravel(second_per_grid)  # taken in float32 where it is used, as transformers
         if len(second_per_grid) != len(grids):
             raise ValueError(f"second_per_grid has {len(second_per_grid)} values for {len(grids)} visual items")
     m = spatial_merge_size
@@ -143,12 +139,12 @@ def get_rope_index(
                 pieces.append(np.stack([tt.ravel(), hh.ravel(), ww.ravel()]) + cur)
                 cur += max(h, w) // m
             i = j
-        pos = np.concatenate(pieces, axis=1) if pieces else np.zeros((3, 0), np.int64)
+        pos = np.concatenate([np.zeros((3, 0), np.int64), *pieces], axis=1)
         positions[:, b, mask[b]] = pos
         deltas[b] = (pos.max() + 1 - n) if n else 0
     if next_image != len(grids):
         raise ValueError(f"image_grid_thw has {len(grids)} images but the batch holds {next_image}")
-    return positions.astype(np.int32), deltas.astype(np.int32)
+    return positions, deltas
 
 
 def decode_positions(num_real_tokens: jax.Array, rope_deltas: jax.Array) -> jax.Array:
