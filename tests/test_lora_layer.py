@@ -128,7 +128,37 @@ class _Two(nnx.Module):
     def __init__(self):
         self.first = _layer(seed=0)
         self.plain = _layer(rank=0, seed=1)
-        self.second = _layer(rank=2, seed=2)
+        self.second = _layer(rank=1, seed=2)
+
+
+def test_defaults_are_a_plain_dense_layer_and_alpha_one():
+    plain = LoRALinear(IN, OUT, axes=(None, None), rngs=nnx.Rngs(0))
+    assert (plain.bias, plain.rank, plain.scaling, plain.lora_a) == (None, 0, 0.0, None)
+    adapted = LoRALinear(IN, OUT, axes=(None, None), rank=2, rngs=nnx.Rngs(0))
+    assert adapted.scaling == 0.5 and adapted.lora_dropout.rate == 0.0
+
+
+def test_variables_carry_their_logical_axes_and_the_parameter_dtype():
+    layer = LoRALinear(IN, OUT, axes=("embed", "mlp"), use_bias=True, rank=R, param_dtype="bfloat16",
+                       rngs=nnx.Rngs(0))
+    axes = {n: getattr(layer, n).get_metadata().get("out_sharding") for n in ("kernel", "bias", "lora_a", "lora_b")}
+    assert axes == {"kernel": ("embed", "mlp"), "bias": ("mlp",), "lora_a": ("embed", "lora_rank"),
+                    "lora_b": ("lora_rank", "mlp")}
+    assert {getattr(layer, n)[...].dtype for n in axes} == {jnp.dtype(jnp.bfloat16)}
+    reset_adapters(layer)
+    assert layer.lora_a[...].dtype == layer.lora_b[...].dtype == jnp.bfloat16
+
+
+def test_every_matmul_runs_in_the_compute_dtype():
+    """bfloat16 compute from float32 parameters: the base and both adapter matmuls take bfloat16 operands (a float32
+    one would promote the product, and the MXU's rate with it)."""
+    import jax
+
+    layer = _layer(dtype="bfloat16")
+    jaxpr = jax.make_jaxpr(lambda x: layer(x))(jnp.asarray(X))
+    dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"]
+    assert len(dots) == 3
+    assert all(v.aval.dtype == jnp.bfloat16 for e in dots for v in e.invars)
 
 
 def test_disable_adapters_switches_every_layer_and_restores_each():
@@ -140,6 +170,11 @@ def test_disable_adapters_switches_every_layer_and_restores_each():
         np.testing.assert_allclose(np.asarray(model.first(jnp.asarray(X))), _formula(model.first, X, False),
                                    atol=1e-5, rtol=0)
     assert [layer.adapters_enabled for layer in lora_layers(model)] == [True, True, False]
+    merged = merge_lora(model)  # a rank-0 layer and a rank-1 one among them
+    np.testing.assert_allclose(np.asarray(merged.second.kernel[...]), np.asarray(model.second.merged_kernel()),
+                               atol=1e-6, rtol=0)
+    assert not np.asarray(merged.second.lora_b[...]).any()
+    np.testing.assert_array_equal(np.asarray(merged.plain.kernel[...]), np.asarray(model.plain.kernel[...]))
     with pytest.raises(KeyError), disable_adapters(model):
         raise KeyError("inside")
     assert [layer.adapters_enabled for layer in lora_layers(model)] == [True, True, False]
@@ -151,9 +186,11 @@ def test_reset_adapters_draws_fresh_a_zero_b_and_new_dropout_streams():
     assert reset_adapters(model, seed=5) is model
     for layer in (model.first, model.second):
         a = np.asarray(layer.lora_a[...])
-        assert a.shape == (IN, layer.rank) and 0 < np.abs(a).max() <= IN**-0.5
+        assert a.shape == (IN, layer.rank) and 0.5 * IN**-0.5 < np.abs(a).max() <= IN**-0.5  # U(+-1/sqrt(in))
         assert not np.asarray(layer.lora_b[...]).any()
     assert not np.array_equal(np.asarray(model.first.lora_a[...]), before_a)
+    np.testing.assert_array_equal(np.asarray(reset_adapters(_Two()).first.lora_a[...]),
+                                  np.asarray(reset_adapters(_Two(), seed=0).first.lora_a[...]))  # seed 0 by default
     again = reset_adapters(_Two(), seed=5)
     np.testing.assert_array_equal(np.asarray(again.first.lora_a[...]), np.asarray(model.first.lora_a[...]))
     other = reset_adapters(_Two(), seed=6)
@@ -168,5 +205,5 @@ def test_reset_adapters_draws_fresh_a_zero_b_and_new_dropout_streams():
 
 
 def test_adapter_weights_are_counted():
-    assert lora_param_count(_Two()) == IN * R + R * OUT + IN * 2 + 2 * OUT
+    assert lora_param_count(_Two()) == IN * R + R * OUT + IN * 1 + 1 * OUT
     assert lora_param_count(_layer(rank=0)) == 0

@@ -45,7 +45,6 @@ class LoRALinear(nnx.Module):
     ):
         pdt = jnp.dtype(param_dtype)
         self.in_features = in_features
-        self.out_features = out_features
         self.dtype = dtype
         std = in_features**-0.5
         self.kernel = nnx.Param(random_normal(rngs.params(), (in_features, out_features), std, pdt),

@@ -40,7 +40,6 @@ class ExpertLinear(LoRALinear):
                  tiling: tuple[int, int, int] = TILING, rngs: nnx.Rngs):
         pdt = jnp.dtype(param_dtype)
         self.in_features = in_features
-        self.out_features = out_features
         self.dtype = dtype
         self.matmul = matmul
         self.tiling = tiling
