@@ -10,9 +10,26 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from spatial_jax.data.sample import LETTERS, Sample
+from spatial_jax.data.sources import open_spec
 from spatial_jax.data.synthetic import SyntheticConfig, SyntheticSource
+
+
+def row_error(spec: str, index: int = 0, **kw) -> str:
+    """The one-line message reading row `index` of `spec` raises (open_spec's keywords in kw)."""
+    with pytest.raises(ValueError) as e:
+        open_spec(spec, **kw)[index]
+    return str(e.value)
+
+
+def write_zip(path: Path, members: dict[str, bytes | str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
 
 
 def samples(n: int, seed: int = 0) -> list[Sample]:

@@ -6,6 +6,7 @@ and each way such a folder breaks named in one line. The folders are written wit
 import json
 from pathlib import Path
 
+import layout_copies as L
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -44,11 +45,6 @@ def save_dict(root: Path, splits: dict[str, list[dict]]) -> Path:
     return root
 
 
-def _error(spec: str, index: int = 0) -> str:
-    with pytest.raises(ValueError) as e:
-        open_spec(spec)[index]
-    return str(e.value)
-
 
 @pytest.mark.parametrize("layout", list(ROWS))
 def test_rows_are_read_by_the_layout_their_columns_name(tmp_path, layout):
@@ -66,10 +62,10 @@ def test_a_layout_named_in_the_columns_is_read_so(tmp_path):
     folder = save(tmp_path, [row])
     assert open_spec(f"hf-disk:{folder}")[0].question == "How far is it?"  # problem: EasyR1's
     assert open_spec(f"hf-disk:{folder}?layout=easyr1&prompt=prompt")[0].options == ("the cube", "the ball")
-    assert _error(f"hf-disk:{folder}?layout=llava") == (
+    assert L.row_error(f"hf-disk:{folder}?layout=llava") == (
         "data.columns layout='llava' is none of ['verl', 'stvqa7k', 'conversation', 'trl', 'easyr1']")
     other = save(tmp_path / "other", [{"question": "Where?", "gold": "B"}])
-    assert _error(f"hf-disk:{other}") == (
+    assert L.row_error(f"hf-disk:{other}") == (
         f"{other / 'data-00000-of-00001.arrow'} row 0: columns ['gold', 'question'] match no known layout; name one "
         "with data.columns layout=<one of ['verl', 'stvqa7k', 'conversation', 'trl', 'easyr1']>")
 
@@ -82,13 +78,13 @@ def test_the_split_is_chosen_as_load_from_disk_would(tmp_path):
     assert [s.id for s in open_spec(f"hf-disk:{root / 'test'}")] == ["t"]  # one Dataset's own folder
     only = save_dict(tmp_path / "only", {"validation": [{**easy, "id": "v"}], "test": [{**easy, "id": "t"}]})
     assert [s.id for s in open_spec(f"hf-disk:{only}")] == ["v"]  # else the first one saved
-    assert _error(f"hf-disk:{root}:val") == f"{root}: split 'val' is none of the saved splits ['test', 'train']"
+    assert L.row_error(f"hf-disk:{root}:val") == f"{root}: split 'val' is none of the saved splits ['test', 'train']"
     many = save(tmp_path / "many", [{**easy, "id": str(k)} for k in range(5)], files=2)
     assert sorted(s.id for s in open_spec(f"hf-disk:{many}")) == ["0", "1", "2", "3", "4"]
 
 
 def test_a_broken_folder_is_one_line_naming_the_file(tmp_path):
-    assert _error(f"hf-disk:{tmp_path}") == (
+    assert L.row_error(f"hf-disk:{tmp_path}") == (
         f"{tmp_path}: no state.json or dataset_dict.json (a datasets save_to_disk folder)")
     folder = save(tmp_path / "ds", [ROWS["easyr1"]])
     state = folder / "state.json"
@@ -104,14 +100,14 @@ def test_a_broken_folder_is_one_line_naming_the_file(tmp_path):
              "names '../x.arrow', which is not a file in its own folder"),
             ('{"_data_files": [{"filename": "gone.arrow"}]}', "names gone.arrow, which is missing")]:
         state.write_text(text)
-        assert _error(f"hf-disk:{folder}") == f"{state}: {why}", text
+        assert L.row_error(f"hf-disk:{folder}") == f"{state}: {why}", text
     (tmp_path / "dd").mkdir()
     (tmp_path / "dd" / "dataset_dict.json").write_text("{}")
-    assert _error(f"hf-disk:{tmp_path / 'dd'}") == f"{tmp_path / 'dd'}: split '' is none of the saved splits []"
+    assert L.row_error(f"hf-disk:{tmp_path / 'dd'}") == f"{tmp_path / 'dd'}: split '' is none of the saved splits []"
 
 
 def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path):
     folder = save(tmp_path / "ds", [ROWS["stvqa7k"]])
-    assert _error(f"hf-disk:{folder}") == (
+    assert L.row_error(f"hf-disk:{folder}") == (
         f"{folder / 'data-00000-of-00001.arrow'} row 0: field 'images': image {folder / 'p.png'} does not exist")
     assert open_spec(f"hf-disk:{folder}", check_images=False)[0].image == str(folder / "p.png")

@@ -32,13 +32,6 @@ def _refusal(spec, capsys, n) -> str:
     return err
 
 
-def _zip(path: Path, members: dict[str, bytes]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return path
-
 
 def _files(folder: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
@@ -63,7 +56,8 @@ def mindcube_zip(root: Path, ss) -> Path:
         rows.append({"id": f"around_{i}", "question": f"{s.question} {inline}", "gt_answer": s.answer, "images": views})
     members["data/raw/MindCube_train.jsonl"] = "".join(json.dumps(r) + "\n" for r in rows).encode()
     # a same-named file under __MACOSX/ (not an AppleDouble `._` name) proves the whole tree is passed over
-    return _zip(root / "data.zip", {**members, **_mac(members), "__MACOSX/raw/MindCube_train.jsonl": APPLE_DOUBLE})
+    return L.write_zip(root / "data.zip",
+                       {**members, **_mac(members), "__MACOSX/raw/MindCube_train.jsonl": APPLE_DOUBLE})
 
 
 def test_mindcube_data_zip_reads_as_a_folder_never_extracted(tmp_path, capsys):
@@ -108,7 +102,7 @@ def omnispatial_zip(path: Path, ss, extra: tuple = ()) -> Path:
         members[f"OmniSpatial-train/{task}/{i}.png"] = L.png(s.image)
     members["OmniSpatial-train/data.json"] = json.dumps(records + list(extra)).encode()
     # `__MACOSX/data.json` is shorter than the real one: picked first unless the whole tree is passed over
-    return _zip(path, {**members, **_mac(members), "__MACOSX/data.json": APPLE_DOUBLE})
+    return L.write_zip(path, {**members, **_mac(members), "__MACOSX/data.json": APPLE_DOUBLE})
 
 
 def _omni_expected(ss):
@@ -134,7 +128,7 @@ def test_omnispatial_zip_list_questions_and_options_drawn_in_the_image(tmp_path,
 def test_omnispatial_unzipped_or_hub_snapshot_found_from_one_level_up(tmp_path, capsys):
     ss = L.samples(3)
     path = omnispatial_zip(tmp_path / "hub/OmniSpatial-train.zip", ss)
-    _zip(tmp_path / "hub/OmniSpatial-test.zip", {"README": b"the test split: not what this reader reads"})
+    L.write_zip(tmp_path / "hub/OmniSpatial-test.zip", {"README": b"the test split: not what this reader reads"})
     expected = _omni_expected(ss)
     rows = _show(f"omnispatial-train:{tmp_path / 'hub'}", capsys, 3)
     assert [(r["question"], r["options"], r["answer"]) for r in rows] == expected
@@ -175,7 +169,7 @@ def test_vsi590k_reads_a_zip_member_and_refuses_a_tar_gz_naming_archive_and_comm
     root = tmp_path / "VSI-590K"
     # images from a zip: read member by member
     names = [f"robotics/agibot_{i}.png" for i in range(2)]
-    _zip(root / "robotics.zip", {n: L.png(s.image) for n, s in zip(names, ss)})
+    L.write_zip(root / "robotics.zip", {n: L.png(s.image) for n, s in zip(names, ss)})
     rows = _show(_jsonl(root / "vsi_590k.jsonl", vsi_rows(ss, names, "image")), capsys, 2)
     assert [(r["question"], r["options"], r["answer"], r["images"]) for r in rows] == \
         [(s.question, list(s.options), s.answer, [{"width": 96, "height": 96}]) for s in ss]
@@ -188,7 +182,7 @@ def test_vsi590k_reads_a_zip_member_and_refuses_a_tar_gz_naming_archive_and_comm
     assert f"{root / 'scannet.tar.gz'}, not extracted" in err
     assert f"`tar -xzf {root / 'scannet.tar.gz'} -C {root}`" in err
     # a video file in a zip: the decoder needs a file
-    _zip(root / "s3dis.zip", {"s3dis/area_1/room.mp4": (tmp_path / "clip.mp4").read_bytes()})
+    L.write_zip(root / "s3dis.zip", {"s3dis/area_1/room.mp4": (tmp_path / "clip.mp4").read_bytes()})
     err = _refusal(_jsonl(root / "zipped.jsonl", vsi_rows(ss[:1], ["s3dis/area_1/room.mp4"], "video")), capsys, 1)
     assert f"`unzip -n {root / 's3dis.zip'} -d {root}`" in err
     # no archive at all: the card's archive to fetch
@@ -215,7 +209,7 @@ def test_vsi590k_image_lists_are_read_from_their_sources_archive(tmp_path, capsy
     ss = L.samples(2)
     root = tmp_path / "VSI-590K"
     names = [f"hypersim/v{i}.png" for i in range(2)]
-    _zip(root / "hypersim.zip", {n: L.png(s.image) for n, s in zip(names, ss)})
+    L.write_zip(root / "hypersim.zip", {n: L.png(s.image) for n, s in zip(names, ss)})
     row = vsi_rows(ss[:1], [names], "image")[0]
     _jsonl(root / "test.jsonl", [row])
     _jsonl(root / "train.jsonl", [{**row, "id": "other"}])

@@ -7,6 +7,7 @@ defaults, and trl's GRPO vision docs (see each reader's module doc)."""
 import json
 from pathlib import Path
 
+import layout_copies as L
 import numpy as np
 import pytest
 from PIL import Image
@@ -40,11 +41,6 @@ def _picture(path: Path) -> None:
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
 
 
-def _error(spec: str, index: int = 0, **kw) -> str:
-    with pytest.raises(ValueError) as e:
-        open_spec(spec, **kw)[index]
-    return str(e.value)
-
 
 @pytest.mark.parametrize("fmt", ["verl", "easyr1", "trl"])
 def test_a_folder_of_splits_reads_the_split_named_its_pictures_beside_it(tmp_path, fmt):
@@ -64,7 +60,7 @@ def test_a_folder_of_splits_reads_the_split_named_its_pictures_beside_it(tmp_pat
 @pytest.mark.parametrize(("fmt", "field"), [("verl", "images[0]"), ("easyr1", "images[0]"), ("trl", "image")])
 def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path, fmt, field):
     f = _write(tmp_path / "train.jsonl", [_row(fmt, "img/gone.png")])
-    assert _error(f"{fmt}:{f}") == f"{f}:1: field '{field}': image {tmp_path / 'img/gone.png'} does not exist"
+    assert L.row_error(f"{fmt}:{f}") == f"{f}:1: field '{field}': image {tmp_path / 'img/gone.png'} does not exist"
     assert open_spec(f"{fmt}:{f}", check_images=False)[0].image == str(tmp_path / "img/gone.png")
 
 
@@ -72,8 +68,9 @@ def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path, fmt, 
                                             ("trl", "solution")])
 def test_a_gold_that_is_no_answer_names_the_framework_field(tmp_path, fmt, field):
     f = _write(tmp_path / "train.jsonl", [_row(fmt, None, gold=["A"]), _row(fmt, None, gold="E")])
-    assert _error(f"{fmt}:{f}") == f"{f}:1: field '{field}' must be a string or an integer or a number, got ['A']"
-    assert _error(f"{fmt}:{f}", 1) == f"{f}:2: field '{field}' = 'E' is none of the 2 options ['the cube', 'the ball']"
+    assert L.row_error(f"{fmt}:{f}") == f"{f}:1: field '{field}' must be a string or an integer or a number, got ['A']"
+    assert L.row_error(f"{fmt}:{f}", 1) == (
+        f"{f}:2: field '{field}' = 'E' is none of the 2 options ['the cube', 'the ball']")
 
 
 @pytest.mark.parametrize("fmt", ["verl", "easyr1", "trl"])
@@ -102,7 +99,7 @@ def test_easyr1_reads_rlhfdatasets_own_prompt_key_where_a_set_has_no_problem(tmp
     rows = open_spec(f"easyr1:{f}")
     assert [(s.question, s.answer) for s in rows[:2]] == [("Which object is nearer?", "A"), ("How far is it?", 2.0)]
     assert open_spec(f"easyr1:{f}?prompt=q")[2].question == "How far is it?"
-    assert _error(f"easyr1:{f}?prompt=q") == f"{f}:1: missing field 'q'"
+    assert L.row_error(f"easyr1:{f}?prompt=q") == f"{f}:1: missing field 'q'"
 
 
 def test_trl_reads_a_gold_named_answer_where_a_set_has_no_solution(tmp_path):
@@ -112,9 +109,9 @@ def test_trl_reads_a_gold_named_answer_where_a_set_has_no_solution(tmp_path):
         {"prompt": QUESTION, "answer": ["B"]}])
     rows = open_spec(f"trl:{f}")
     assert [s.answer for s in rows[:2]] == ["B", "A"]
-    assert _error(f"trl:{f}", 2) == f"{f}:3: field 'answer' must be a string or an integer or a number, got ['B']"
+    assert L.row_error(f"trl:{f}", 2) == f"{f}:3: field 'answer' must be a string or an integer or a number, got ['B']"
     # a named column is read as named: no fallback to `answer`
-    assert _error(f"trl:{f}?answer=gold") == f"{f}:1: missing field 'gold'"
+    assert L.row_error(f"trl:{f}?answer=gold") == f"{f}:1: missing field 'gold'"
 
 
 def test_trl_takes_images_before_image_and_either_may_be_renamed(tmp_path):
@@ -130,7 +127,7 @@ def test_trl_takes_images_before_image_and_either_may_be_renamed(tmp_path):
     assert open_spec(f"trl:{f}?images=pics")[2].image == str(tmp_path / "b.png")
     assert open_spec(f"trl:{f}?image=pic")[2].image == str(tmp_path / "a.png")
     (tmp_path / "b.png").unlink()
-    assert _error(f"trl:{f}") == f"{f}:1: field 'images[1]': image {tmp_path / 'b.png'} does not exist"
+    assert L.row_error(f"trl:{f}") == f"{f}:1: field 'images[1]': image {tmp_path / 'b.png'} does not exist"
 
 
 def _stvqa(tmp_path: Path, rows: list[dict]) -> str:
@@ -152,7 +149,7 @@ def test_stvqa7k_rows_that_break_name_file_row_and_field(tmp_path):
     assert (s.id, s.question, s.options, s.answer, s.category, s.image) == (
         "stvqa7k-val-0", "Which is nearer?", ("the cube", "the ball"), "B", "depth", str(tmp_path / "p.png"))
     assert set(s.reference.values()) == {"<answer>(B) the ball</answer>"}  # SpatialThinker's completion
-    assert [_error(spec, k) for k in range(1, 7)] == [
+    assert [L.row_error(spec, k) for k in range(1, 7)] == [
         f"{f}:2: missing field 'question_only'",
         f"{f}:3: field 'options' must be a list of option texts, got 'A. the cube'",
         f"{f}:4: field 'answer_option_text' must be a string or an integer, got 1.5",
@@ -178,9 +175,10 @@ def test_a_chat_prompt_is_read_from_its_last_user_turns_text_parts(tmp_path, fmt
     s = open_spec(f"{fmt}:{f}")[0]
     # a picture's part between the question and its options does not join them
     assert (s.question, s.options, s.answer) == ("Which object is nearer?", ("the cube", "the ball"), "B")
-    assert [_error(f"{fmt}:{f}", k) for k in (1, 2)] == [
+    assert [L.row_error(f"{fmt}:{f}", k) for k in (1, 2)] == [
         f"{f}:2: field 'prompt' holds no user turn", f"{f}:3: field 'prompt': the user turn's content is no text"]
-    assert _error(f"{fmt}:{f}", 3).startswith(f"{f}:4: field 'prompt' must be a string or a list, got {{'content': ")
+    assert L.row_error(f"{fmt}:{f}", 3).startswith(
+        f"{f}:4: field 'prompt' must be a string or a list, got {{'content': ")
 
 
 @pytest.mark.parametrize("fmt", ["verl", "easyr1"])
@@ -190,7 +188,7 @@ def test_a_video_row_reads_its_file_or_frames_and_names_a_missing_one(tmp_path, 
     f = _write(tmp_path / "train.jsonl", [_row(fmt, None, videos=["videos/clip.mp4"]),
                                           _row(fmt, None, videos=["videos/gone.mp4"])])
     assert open_spec(f"{fmt}:{f}")[0].video.path == str(tmp_path / "videos/clip.mp4")
-    assert _error(f"{fmt}:{f}", 1) == f"{f}:2: field 'videos': video {tmp_path / 'videos/gone.mp4'} does not exist"
+    assert L.row_error(f"{fmt}:{f}", 1) == f"{f}:2: field 'videos': video {tmp_path / 'videos/gone.mp4'} does not exist"
 
 
 def test_stvqa7k_reads_its_train_split_where_none_is_named(tmp_path):

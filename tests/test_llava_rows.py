@@ -6,6 +6,7 @@ and field, the whole message checked."""
 import json
 from pathlib import Path
 
+import layout_copies as L
 import numpy as np
 import pytest
 from PIL import Image
@@ -24,11 +25,6 @@ def _write(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
-
-def _error(spec: str, index: int = 0) -> str:
-    with pytest.raises(ValueError) as e:
-        open_spec(spec)[index]
-    return str(e.value)
 
 
 @pytest.fixture
@@ -78,7 +74,7 @@ def test_broken_rows_name_file_row_and_field(folder):
         {"conversations": _talk(), "image": ["a.png", "gone.png"]},
         {"conversations": _talk("<video>\nHow many?", "3"), "video": "gone.mp4"},
         {"conversations": "B", "image": "a.png"}])
-    assert [_error(f"vsi590k:{f}", k) for k in range(6)] == [
+    assert [L.row_error(f"vsi590k:{f}", k) for k in range(6)] == [
         f"{f}:1: field 'conversations' has no 'gpt' turn",
         f"{f}:2: field 'conversations[gpt]' = 'E' is none of the 2 options ['the cube', 'the ball']",
         f"{f}:3: field 'image': image {folder / 'gone.png'} does not exist",
@@ -90,7 +86,7 @@ def test_broken_rows_name_file_row_and_field(folder):
 def test_a_saved_llava_set_reads_the_same(folder):
     """A save_to_disk copy's relative pictures resolve in its split folder, or in data.columns image_dir."""
     saved = save(folder / "saved", [{"id": "s", "type": "depth", "conversations": _talk(), "image": "a.png"}])
-    assert _error(f"hf-disk:{saved}") == (
+    assert L.row_error(f"hf-disk:{saved}") == (
         f"{saved / 'data-00000-of-00001.arrow'} row 0: field 'image': image {saved / 'a.png'} does not exist")
     s = open_spec(f"hf-disk:{saved}?image_dir={folder}")[0]
     assert (s.id, s.category, s.answer, s.image) == ("s", "depth", "B", str(folder / "a.png"))

@@ -5,9 +5,9 @@ names, as the authors' get_setting_from_id reads it; and every broken row or cop
 
 import io
 import json
-import zipfile
 from pathlib import Path
 
+import layout_copies as L
 import numpy as np
 import pytest
 from PIL import Image
@@ -41,17 +41,6 @@ def _folder(data: Path, rows: list[dict], file: str = "raw/MindCube_train.jsonl"
     return data / file
 
 
-def _zip(path: Path, members: dict[str, bytes | str]) -> Path:
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return path
-
-
-def _error(spec: str, index: int = 0, **kw) -> str:
-    with pytest.raises(ValueError) as e:
-        open_spec(spec, **kw)[index]
-    return str(e.value)
 
 
 def test_the_training_file_alone_resolves_views_in_its_data_folder(tmp_path):
@@ -73,24 +62,25 @@ def test_a_zip_laid_out_otherwise_is_read_from_its_own_folder(tmp_path, top):
     members[f"{top}raw/MindCube_train.jsonl"] = _lines([_record()])
     members["__MACOSX/raw/MindCube_train.jsonl"] = b"\0\5\26\7"  # shorter than the real path, and not the file
     members["README.md"] = "MindCube"
-    s = open_spec(f"mindcube-train:{_zip(tmp_path / 'data.zip', members)}")[0]
+    s = open_spec(f"mindcube-train:{L.write_zip(tmp_path / 'data.zip', members)}")[0]
     assert (s.id, s.answer, len(s.images)) == ("around_0", "B", 2)
     assert all(isinstance(v, np.ndarray) and v.shape == (8, 8, 3) for v in s.images)  # decoded from members
 
 
 def test_a_zip_without_the_training_file_or_with_a_view_outside_it(tmp_path):
-    empty = _zip(tmp_path / "data.zip", {"README.md": "MindCube", "__MACOSX/MindCube_train.jsonl": b"\0"})
-    assert _error(f"mindcube-train:{empty}") == (
+    empty = L.write_zip(tmp_path / "data.zip", {"README.md": "MindCube", "__MACOSX/MindCube_train.jsonl": b"\0"})
+    assert L.row_error(f"mindcube-train:{empty}") == (
         f"{empty}: the archive holds none of ['raw/MindCube_train.jsonl', 'MindCube_train.jsonl'] (MindCube's "
         "training split)")
-    climbing = _zip(tmp_path / "up.zip", {"data/raw/MindCube_train.jsonl": _lines([_record(images=["../x.png"])])})
-    assert _error(f"mindcube-train:{climbing}") == (
+    climbing = L.write_zip(tmp_path / "up.zip",
+                           {"data/raw/MindCube_train.jsonl": _lines([_record(images=["../x.png"])])})
+    assert L.row_error(f"mindcube-train:{climbing}") == (
         f"{climbing}:data/raw/MindCube_train.jsonl:1: field 'images[0]': image path '../x.png' leaves the folder it "
         f"is relative to ({tmp_path}); give an absolute path or data.columns image_dir")
 
 
 def test_a_folder_with_no_copy_names_what_it_looked_for(tmp_path):
-    assert _error(f"mindcube-train:{tmp_path}") == (
+    assert L.row_error(f"mindcube-train:{tmp_path}") == (
         f"{tmp_path}: none of ['raw/MindCube_train.jsonl', 'MindCube_train.jsonl', '*/raw/MindCube_train.jsonl', "
         "'data.zip'] (MindCube's training split)")
 
@@ -106,14 +96,14 @@ def test_broken_rows_name_file_row_and_field(tmp_path):
     f = _folder(tmp_path / "data", [
         _record(id=["a"]), _record(question="Which object is nearer?"), _record(gt_answer=1),
         _record(gt_answer="E"), _record(images=[VIEWS[0], "gone.png"])])
-    assert [_error(f"mindcube-train:{f}", k) for k in range(5)] == [
+    assert [L.row_error(f"mindcube-train:{f}", k) for k in range(5)] == [
         f"{f}:1: field 'id' must be a string or an integer, got ['a']",
         f"{f}:2: field 'question' lists no options (`A. ...`)",
         f"{f}:3: field 'gt_answer' must be a string, got 1",
         f"{f}:4: field 'gt_answer' = 'E' is none of the 2 options ['the cube', 'the ball']",
         f"{f}:5: field 'images[1]': image {tmp_path / 'data' / 'gone.png'} does not exist"]
     assert open_spec(f"mindcube-train:{f}", check_images=False)[4].images[1] == str(tmp_path / "data" / "gone.png")
-    zipped = _zip(tmp_path / "data.zip", {"data/raw/MindCube_train.jsonl": _lines([_record()])})
-    assert _error(f"mindcube-train:{zipped}") == (
+    zipped = L.write_zip(tmp_path / "data.zip", {"data/raw/MindCube_train.jsonl": _lines([_record()])})
+    assert L.row_error(f"mindcube-train:{zipped}") == (
         f"{zipped}:data/raw/MindCube_train.jsonl:1: field 'images[0]': {zipped} has no member "
         f"data/{VIEWS[0]}")

@@ -4,9 +4,8 @@ copy or record, the whole message checked."""
 
 import io
 import json
-import zipfile
-from pathlib import Path
 
+import layout_copies as L
 import numpy as np
 import pytest
 from PIL import Image
@@ -25,17 +24,6 @@ def _record(**kw) -> dict:
             "task_type": "Perspective_Taking", "sub_task_type": "Allocentric", **kw}
 
 
-def _zip(path: Path, members: dict) -> Path:
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return path
-
-
-def _error(spec: str, index: int = 0, **kw) -> str:
-    with pytest.raises(ValueError) as e:
-        open_spec(spec, **kw)[index]
-    return str(e.value)
 
 
 @pytest.mark.parametrize("top", ["", "deep/er/"])
@@ -43,7 +31,7 @@ def test_the_shortest_data_json_of_a_zip_is_read_beside_its_images(tmp_path, top
     members = {f"{top}data.json": json.dumps([_record()]), f"{top}Perspective_Taking/3.png": _png(),
                f"A_copy/{top}old/data.json": "[]", "notes/mydata.json": "[]",
                "__MACOSX/data.json": b"\0\5\26\7", "__MACOSX/._data.json": b"\0\5\26\7"}
-    (s,) = open_spec(f"omnispatial-train:{_zip(tmp_path / 'OmniSpatial-train.zip', members)}")
+    (s,) = open_spec(f"omnispatial-train:{L.write_zip(tmp_path / 'OmniSpatial-train.zip', members)}")
     assert (s.id, s.category, s.question, s.options, s.answer) == (
         "Perspective_Taking_3_1", "Allocentric", "Which side is the door on?", ("left", "right"), "B")
     assert isinstance(s.image, np.ndarray) and s.image.shape == (8, 8, 3)
@@ -56,9 +44,10 @@ def test_a_broken_zip_is_one_line_naming_archive_and_member(tmp_path):
             ({"a/data.json": "{", "ab/data.json": "[]"}, "a/data.json: not valid JSON (Expecting property name "
                                                          "enclosed in double quotes: line 1 column 2 (char 1))"),
             ({"a/data.json": '{"id": 1}', "ab/data.json": "[]"}, "a/data.json: expected a JSON list of records")]:
-        assert _error(f"omnispatial-train:{_zip(z, members)}") == f"{z}{':' if '/' in why[:3] else ': '}{why}"
-    escaping = _zip(z, {"data.json": json.dumps([_record(task_type="../Outside")])})
-    assert _error(f"omnispatial-train:{escaping}") == (
+        spec = f"omnispatial-train:{L.write_zip(z, members)}"
+        assert L.row_error(spec) == f"{z}{':' if '/' in why[:3] else ': '}{why}"
+    escaping = L.write_zip(z, {"data.json": json.dumps([_record(task_type="../Outside")])})
+    assert L.row_error(f"omnispatial-train:{escaping}") == (
         f"{z}:data.json record 0: field 'id': image path '../Outside/3.png' leaves the folder it is relative to "
         f"({tmp_path}); give an absolute path or data.columns image_dir")
 
@@ -72,7 +61,7 @@ def test_an_unzipped_copy_resolves_images_beside_data_json(tmp_path):
     assert [(s.id, s.image) for s in samples] == [
         ("Perspective_Taking_3_1", str(tmp_path / "Perspective_Taking/3.png")),
         ("Perspective_Taking_4_0", str(tmp_path / "Perspective_Taking/4.png"))]
-    assert _error(f"omnispatial-train:{tmp_path}", 1) == (
+    assert L.row_error(f"omnispatial-train:{tmp_path}", 1) == (
         f"{data} record 1: field 'id': image {tmp_path / 'Perspective_Taking/4.png'} does not exist")
 
 
@@ -85,7 +74,7 @@ def test_broken_records_name_file_record_and_field(tmp_path):
                _record(answer="up"), _record(sub_task_type=None, question=["Look.", "Which side?"])]
     data.write_text(json.dumps(records))
     spec = f"omnispatial-train:{data}"
-    assert [_error(spec, k) for k in range(9)] == [
+    assert [L.row_error(spec, k) for k in range(9)] == [
         f"{data} record 0: field 'id' must be a string or an integer, got ['3']",
         f"{data} record 1: field 'task_type' must be a string, got 7",
         f"{data} record 2: field 'options' must be a list of option texts, got 'left, right'",

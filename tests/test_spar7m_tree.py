@@ -12,6 +12,7 @@ sizes). Question wording, answers and scene names are inferred (the card shows n
 import json
 from pathlib import Path
 
+import layout_copies as L
 import numpy as np
 import pytest
 from PIL import Image
@@ -206,11 +207,6 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _error(spec: str, index: int = 0, **kw) -> str:
-    with pytest.raises(ValueError) as e:
-        open_spec(spec, **kw)[index]
-    return str(e.value)
-
 
 FLAT = [
     {"id": "q1", "type": "obj_spatial_relation_oo", "image": ["img/a.jpg"],
@@ -269,7 +265,7 @@ def test_renamed_fields_are_read_from_their_columns(flat):
 
 def test_a_gold_naming_no_option_is_refused_naming_the_reply(flat):
     f = _jsonl(flat / "bad.jsonl", [{**FLAT[0], "conversations": _talk("Where?\nA. left\nB. right", "E")}])
-    assert _error(f"spar7m:{f}").startswith(f"{f}:1: field 'conversations[gpt]' = 'E'")
+    assert L.row_error(f"spar7m:{f}").startswith(f"{f}:1: field 'conversations[gpt]' = 'E'")
 
 
 def test_a_select_row_without_options_is_refused_in_the_tree_and_read_alone(tmp_path):
@@ -278,15 +274,16 @@ def test_a_select_row_without_options_is_refused_in_the_tree_and_read_alone(tmp_
     _jsonl(f, [{**ROWS["scannet"]["train"]["obj_spatial_relation_oo"]["select"][0],
                 "conversations": _talk("Where is the chair (red box)?", "B")}])
     want = f"{f}:1: field 'conversations[human]': a select row lists no options"
-    assert _error(f"spar7m:{root}", 2) == want and _error(f"spar7m:{f}") == want
+    assert L.row_error(f"spar7m:{root}", 2) == want and L.row_error(f"spar7m:{f}") == want
 
 
 def test_a_split_folder_missing_or_empty_is_one_line_naming_the_path(tmp_path):
     (tmp_path / "spar/scannet/qa_jsonl").mkdir(parents=True)
     spar = tmp_path / "spar"
-    assert _error(f"spar7m:{spar}") == f"{spar}: SPAR-7M has no split 'train' here; its qa_jsonl folders hold no split"
+    assert L.row_error(f"spar7m:{spar}") == (
+        f"{spar}: SPAR-7M has no split 'train' here; its qa_jsonl folders hold no split")
     (tmp_path / "spar/scannet/qa_jsonl/train/obj_count/judge").mkdir(parents=True)
-    assert _error(f"spar7m:{spar}") == f"{spar}: no qa_jsonl/train/<task>/<format>/*.jsonl file"
+    assert L.row_error(f"spar7m:{spar}") == f"{spar}: no qa_jsonl/train/<task>/<format>/*.jsonl file"
 
 
 def test_a_missing_picture_names_file_row_and_field_unless_pictures_go_unchecked(tmp_path):
@@ -297,8 +294,8 @@ def test_a_missing_picture_names_file_row_and_field_unless_pictures_go_unchecked
     mv = root / "spar/scannet/qa_jsonl/train/depth_prediction_oc_mv/fill/fill_1.jsonl"
     video = root / "spar/scannet/qa_jsonl/train/distance_prediction_oo_video/fill/fill_1.jsonl"
     for spec, i in ((f"spar7m:{root}", 0), (f"spar7m:{mv}", 0)):
-        assert _error(spec, i) == f"{mv}:1: field 'image[1]': image {images / 'image_color/1.jpg'} does not exist"
-    assert _error(f"spar7m:{root}", 1) == (
+        assert L.row_error(spec, i) == f"{mv}:1: field 'image[1]': image {images / 'image_color/1.jpg'} does not exist"
+    assert L.row_error(f"spar7m:{root}", 1) == (
         f"{video}:1: field 'image[5]': video frame {images / 'video_color/5.jpg'} does not exist")
     for spec in (f"spar7m:{root}", f"spar7m:{mv}"):
         assert open_spec(spec, check_images=False)[0].images[1] == str(images / "image_color/1.jpg")
@@ -311,9 +308,9 @@ def test_a_picture_to_draw_on_that_cannot_be_read_names_its_field(tmp_path):
     (images / "video_color/8.jpg").write_bytes(b"not a jpeg")  # a marked frame
     mv = root / "spar/scannet/qa_jsonl/train/depth_prediction_oc_mv/fill/fill_1.jsonl"
     video = root / "spar/scannet/qa_jsonl/train/distance_prediction_oo_video/fill/fill_1.jsonl"
-    assert _error(f"spar7m:{root}", 0).startswith(
+    assert L.row_error(f"spar7m:{root}", 0).startswith(
         f"{mv}:1: field 'image[2]': image {images / 'image_color/2.jpg'} cannot be read to draw its markers (")
-    assert _error(f"spar7m:{root}", 1).startswith(
+    assert L.row_error(f"spar7m:{root}", 1).startswith(
         f"{video}:1: field 'image[8]': image {images / 'video_color/8.jpg'} cannot be read to draw its markers (")
 
 
@@ -336,7 +333,7 @@ def test_a_video_file_row_reads_as_the_llava_layout_names_it(flat):
     f = _jsonl(flat / "v.jsonl", [{"video": "clip.mp4", "conversations": _talk("How many chairs?", "2")},
                                   {"video": "gone.mp4", "conversations": _talk("How many chairs?", "2")}])
     assert open_spec(f"spar7m:{f}")[0].video.path == str(flat / "clip.mp4")
-    assert _error(f"spar7m:{f}", 1) == f"{f}:2: field 'video': video {flat / 'gone.mp4'} does not exist"
+    assert L.row_error(f"spar7m:{f}", 1) == f"{f}:2: field 'video': video {flat / 'gone.mp4'} does not exist"
 
 
 @pytest.mark.parametrize("fps", ["0", "-1", "nan", "two"])
@@ -346,6 +343,6 @@ def test_a_frame_rate_that_is_no_positive_number_is_refused_naming_the_setting(f
         _picture(flat / name)
     f = _jsonl(flat / "n.jsonl", [{"image": names, "conversations": _talk("How far?", "3")}])
     assert open_spec(f"spar7m:{f}?video_fps=0.5")[0].video.fps == 0.5
-    assert _error(f"spar7m:{f}?video_fps={fps}") == (
+    assert L.row_error(f"spar7m:{f}?video_fps={fps}") == (
         f"{f}:1: field 'image' lists frames, and data.columns video_fps = '{fps}' is no positive number of frames a "
         "second")
