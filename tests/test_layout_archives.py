@@ -223,3 +223,14 @@ def test_vsi590k_image_lists_are_read_from_their_sources_archive(tmp_path, capsy
         f"archive {root / 'arkitscenes.tar.gz'}, not extracted: extract it with "
         f"`tar -xzf {root / 'arkitscenes.tar.gz'} -C {root}`")
     assert open_spec(spec, check_images=False)[0].image == str(root / "arkitscenes/a.png")  # unchecked: a path
+
+
+def test_vsi590k_archive_hints_follow_a_renamed_media_column(tmp_path, capsys):
+    ss = L.samples(1)
+    root = tmp_path / "VSI-590K"
+    row = {**vsi_rows(ss, ["x"], "video")[0], "clip": "scannet/scene0001_00.mp4"}
+    del row["video"]
+    spec = _jsonl(root / "renamed.jsonl", [row])
+    (root / "scannet.tar.gz").write_bytes(b"")  # the card's archive, present and not extracted
+    assert f"field 'clip': video {root / 'scannet/scene0001_00.mp4'} is not on disk; it is in the archive " \
+        f"{root / 'scannet.tar.gz'}, not extracted" in _refusal(spec + "?video=clip", capsys, 1)
