@@ -62,6 +62,7 @@ def test_a_zip_laid_out_otherwise_is_read_from_its_own_folder(tmp_path, top):
     members[f"{top}raw/MindCube_train.jsonl"] = _lines([_record()])
     members["__MACOSX/raw/MindCube_train.jsonl"] = b"\0\5\26\7"  # shorter than the real path, and not the file
     members["README.md"] = "MindCube"
+    members[f"A_backup/{top}raw/MindCube_train.jsonl"] = "not JSON"  # a longer path, first by name: not read
     s = open_spec(f"mindcube-train:{L.write_zip(tmp_path / 'data.zip', members)}")[0]
     assert (s.id, s.answer, len(s.images)) == ("around_0", "B", 2)
     assert all(isinstance(v, np.ndarray) and v.shape == (8, 8, 3) for v in s.images)  # decoded from members

@@ -17,6 +17,7 @@ Columns: question, answer, images, id, reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 from pathlib import Path, PurePath, PurePosixPath
 
@@ -71,7 +72,7 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
         folder = _data_folder(PurePosixPath(name))
         prefix = "" if folder == PurePosixPath(".") else f"{folder}/"
         rows: Rows = ZipLines(members, name)
-        ctx = F.Context(ctx.columns, path.parent, ctx.check, members, prefix)
+        ctx = dataclasses.replace(ctx, base=path.parent, members=members, prefix=prefix)
     else:
         rows = JsonLines(path)
         ctx = F.Context(ctx.columns, _data_folder(path), ctx.check)
