@@ -16,6 +16,8 @@ from spatial_jax.data.sample import LETTERS, Sample
 from spatial_jax.data.sources import open_spec
 from spatial_jax.data.synthetic import SyntheticConfig, SyntheticSource
 
+BLANK = np.zeros((8, 8, 3), np.uint8)  # a picture for rows where any will do
+
 
 def row_error(spec: str, index: int = 0, **kw) -> str:
     """The one-line message reading row `index` of `spec` raises (open_spec's keywords in kw)."""
@@ -71,9 +73,10 @@ def _parquet(rows: list[dict], path: Path, row_group_size: int | None = None) ->
     pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
 
 
-def _jsonl(rows: list[dict], path: Path) -> None:
+def _jsonl(rows: list[dict], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
 
 
 def _save(image: np.ndarray, path: Path) -> None:

@@ -7,10 +7,8 @@ import json
 from pathlib import Path
 
 import layout_copies as L
-import numpy as np
 import pyarrow as pa
 import pytest
-from PIL import Image
 
 from spatial_jax.data.sources import open_spec
 
@@ -48,7 +46,7 @@ def save_dict(root: Path, splits: dict[str, list[dict]]) -> Path:
 
 @pytest.mark.parametrize("layout", list(ROWS))
 def test_rows_are_read_by_the_layout_their_columns_name(tmp_path, layout):
-    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "p.png")
+    L._save(L.BLANK, tmp_path / "p.png")
     s = open_spec(f"hf-disk:{save(tmp_path, [ROWS[layout]])}")[0]
     assert (s.question, s.options, s.answer) == ("Which object is nearer?", ("the cube", "the ball"), "B")
     # a row's id names its layout, or the folder where the layout names none (LLaVA's own id column aside)

@@ -4,13 +4,10 @@ where a set names no `solution`, `images` beside `image`), renamed fields, and r
 full. Row shapes from verl's examples/data_preprocess/geo3k.py, EasyR1's examples/config.yaml with RLHFDataset's
 defaults, and trl's GRPO vision docs (see each reader's module doc)."""
 
-import json
 from pathlib import Path
 
 import layout_copies as L
-import numpy as np
 import pytest
-from PIL import Image
 
 from spatial_jax.data.sources import open_spec
 
@@ -30,24 +27,15 @@ def _row(fmt: str, picture: str | None, gold="A", **extra) -> dict:
     return {**row, **extra}
 
 
-def _write(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def _picture(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
 
 
 
 @pytest.mark.parametrize("fmt", ["verl", "easyr1", "trl"])
 def test_a_folder_of_splits_reads_the_split_named_its_pictures_beside_it(tmp_path, fmt):
     for name in ("a", "b"):
-        _picture(tmp_path / "img" / f"{name}.png")
-    _write(tmp_path / "train.jsonl", [_row(fmt, "img/a.png"), _row(fmt, None, gold="B")])
-    test = _write(tmp_path / "test.jsonl", [_row(fmt, "img/b.png", gold="B")])
+        L._save(L.BLANK, tmp_path / "img" / f"{name}.png")
+    L._jsonl([_row(fmt, "img/a.png"), _row(fmt, None, gold="B")], tmp_path / "train.jsonl")
+    test = L._jsonl([_row(fmt, "img/b.png", gold="B")], tmp_path / "test.jsonl")
     train = [(s.id, s.answer, s.image) for s in open_spec(f"{fmt}:{tmp_path}")]  # no split: train, as they default
     assert train == [(f"{fmt}-0", "A", str(tmp_path / "img/a.png")), (f"{fmt}-1", "B", None)]
     assert open_spec(f"{fmt}:{tmp_path}:train")[1].images == ()  # the text-only row
@@ -59,7 +47,7 @@ def test_a_folder_of_splits_reads_the_split_named_its_pictures_beside_it(tmp_pat
 
 @pytest.mark.parametrize(("fmt", "field"), [("verl", "images[0]"), ("easyr1", "images[0]"), ("trl", "image")])
 def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path, fmt, field):
-    f = _write(tmp_path / "train.jsonl", [_row(fmt, "img/gone.png")])
+    f = L._jsonl([_row(fmt, "img/gone.png")], tmp_path / "train.jsonl")
     assert L.row_error(f"{fmt}:{f}") == f"{f}:1: field '{field}': image {tmp_path / 'img/gone.png'} does not exist"
     assert open_spec(f"{fmt}:{f}", check_images=False)[0].image == str(tmp_path / "img/gone.png")
 
@@ -67,7 +55,7 @@ def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path, fmt, 
 @pytest.mark.parametrize(("fmt", "field"), [("verl", "reward_model.ground_truth"), ("easyr1", "answer"),
                                             ("trl", "solution")])
 def test_a_gold_that_is_no_answer_names_the_framework_field(tmp_path, fmt, field):
-    f = _write(tmp_path / "train.jsonl", [_row(fmt, None, gold=["A"]), _row(fmt, None, gold="E")])
+    f = L._jsonl([_row(fmt, None, gold=["A"]), _row(fmt, None, gold="E")], tmp_path / "train.jsonl")
     assert L.row_error(f"{fmt}:{f}") == f"{f}:1: field '{field}' must be a string or an integer or a number, got ['A']"
     assert L.row_error(f"{fmt}:{f}", 1) == (
         f"{f}:2: field '{field}' = 'E' is none of the 2 options ['the cube', 'the ball']")
@@ -75,7 +63,7 @@ def test_a_gold_that_is_no_answer_names_the_framework_field(tmp_path, fmt, field
 
 @pytest.mark.parametrize("fmt", ["verl", "easyr1", "trl"])
 def test_renamed_id_category_and_reference_are_read_from_their_columns(tmp_path, fmt):
-    f = _write(tmp_path / "train.jsonl", [_row(fmt, None, uid="q7", kind="depth", why="<think>r</think> A")])
+    f = L._jsonl([_row(fmt, None, uid="q7", kind="depth", why="<think>r</think> A")], tmp_path / "train.jsonl")
     s = open_spec(f"{fmt}:{f}?id=uid&category=kind&reference=why")[0]
     assert (s.id, s.category, set(s.reference.values())) == ("q7", "depth", {"<think>r</think> A"})
     plain = open_spec(f"{fmt}:{f}")[0]
@@ -84,7 +72,7 @@ def test_renamed_id_category_and_reference_are_read_from_their_columns(tmp_path,
 
 
 def test_verl_names_a_row_by_its_index_and_category_by_its_data_source(tmp_path):
-    f = _write(tmp_path / "train.jsonl", [_row("verl", None, data_source="geo3k", extra_info={"index": 12})])
+    f = L._jsonl([_row("verl", None, data_source="geo3k", extra_info={"index": 12})], tmp_path / "train.jsonl")
     s = open_spec(f"verl:{f}")[0]
     assert (s.id, s.category) == ("12", "geo3k")
 
@@ -92,10 +80,10 @@ def test_verl_names_a_row_by_its_index_and_category_by_its_data_source(tmp_path)
 def test_easyr1_reads_rlhfdatasets_own_prompt_key_where_a_set_has_no_problem(tmp_path):
     """RLHFDataset's prompt_key defaults to `prompt`; EasyR1's config.yaml sets `problem`. A set written for the
     default reads without a key; a row holding both reads `problem`, and a named column wins over either."""
-    f = _write(tmp_path / "train.jsonl", [
+    f = L._jsonl([
         {"prompt": QUESTION, "answer": "A"},
         {"problem": "How far is it?", "prompt": QUESTION, "answer": "2"},
-        {"q": "How far is it?", "prompt": QUESTION, "answer": "3"}])
+        {"q": "How far is it?", "prompt": QUESTION, "answer": "3"}], tmp_path / "train.jsonl")
     rows = open_spec(f"easyr1:{f}")
     assert [(s.question, s.answer) for s in rows[:2]] == [("Which object is nearer?", "A"), ("How far is it?", 2.0)]
     assert open_spec(f"easyr1:{f}?prompt=q")[2].question == "How far is it?"
@@ -103,10 +91,10 @@ def test_easyr1_reads_rlhfdatasets_own_prompt_key_where_a_set_has_no_problem(tmp
 
 
 def test_trl_reads_a_gold_named_answer_where_a_set_has_no_solution(tmp_path):
-    f = _write(tmp_path / "train.jsonl", [
+    f = L._jsonl([
         {"prompt": QUESTION, "answer": "B"},
         {"prompt": QUESTION, "solution": "A", "answer": "B"},
-        {"prompt": QUESTION, "answer": ["B"]}])
+        {"prompt": QUESTION, "answer": ["B"]}], tmp_path / "train.jsonl")
     rows = open_spec(f"trl:{f}")
     assert [s.answer for s in rows[:2]] == ["B", "A"]
     assert L.row_error(f"trl:{f}", 2) == f"{f}:3: field 'answer' must be a string or an integer or a number, got ['B']"
@@ -116,11 +104,11 @@ def test_trl_reads_a_gold_named_answer_where_a_set_has_no_solution(tmp_path):
 
 def test_trl_takes_images_before_image_and_either_may_be_renamed(tmp_path):
     for name in ("a", "b", "c"):
-        _picture(tmp_path / f"{name}.png")
-    f = _write(tmp_path / "train.jsonl", [
+        L._save(L.BLANK, tmp_path / f"{name}.png")
+    f = L._jsonl([
         {"prompt": QUESTION, "solution": "A", "images": ["a.png", "b.png"], "image": "c.png"},
         {"prompt": QUESTION, "solution": "A", "images": [], "image": "c.png"},
-        {"prompt": QUESTION, "solution": "A", "pics": ["b.png"], "pic": "a.png"}])
+        {"prompt": QUESTION, "solution": "A", "pics": ["b.png"], "pic": "a.png"}], tmp_path / "train.jsonl")
     rows = open_spec(f"trl:{f}")
     assert rows[0].images == (str(tmp_path / "a.png"), str(tmp_path / "b.png"))
     assert rows[1].image == str(tmp_path / "c.png") and rows[2].images == () and rows[2].image is None
@@ -133,11 +121,11 @@ def test_trl_takes_images_before_image_and_either_may_be_renamed(tmp_path):
 def _stvqa(tmp_path: Path, rows: list[dict]) -> str:
     """STVQA-7K's card features (hunarbatra/STVQA-7K), as JSON lines named by their split (the reader takes a
     folder's `<split>.jsonl` as it takes the Hub's `data/<split>-*.parquet`; the rows' types may differ here)."""
-    _picture(tmp_path / "p.png")
+    L._save(L.BLANK, tmp_path / "p.png")
     base = {"images": "p.png", "question_only": "Which is nearer?", "options": ["A. the cube", "B. the ball"],
             "question_with_options": "Which is nearer?\nA. the cube\nB. the ball",
             "answer_option_text": "(B) the ball", "answer": "<answer>(B) the ball</answer>", "category": "depth"}
-    _write(tmp_path / "val.jsonl", [{**base, **r} for r in rows])
+    L._jsonl([{**base, **r} for r in rows], tmp_path / "val.jsonl")
     return f"stvqa7k:{tmp_path}:val"
 
 
@@ -169,9 +157,9 @@ def test_a_chat_prompt_is_read_from_its_last_user_turns_text_parts(tmp_path, fmt
     chat = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "An earlier question"},
             {"role": "assistant", "content": "A"}, {"role": "user", "content": parts}]
     gold = {"reward_model": {"ground_truth": "B"}} if fmt == "verl" else {"solution": "B"}
-    f = _write(tmp_path / "train.jsonl", [
+    f = L._jsonl([
         {"prompt": chat, **gold}, {"prompt": chat[:1], **gold}, {"prompt": [{"role": "user", "content": 5}], **gold},
-        {"prompt": {"role": "user", "content": QUESTION}, **gold}])
+        {"prompt": {"role": "user", "content": QUESTION}, **gold}], tmp_path / "train.jsonl")
     s = open_spec(f"{fmt}:{f}")[0]
     # a picture's part between the question and its options does not join them
     assert (s.question, s.options, s.answer) == ("Which object is nearer?", ("the cube", "the ball"), "B")
@@ -185,8 +173,8 @@ def test_a_chat_prompt_is_read_from_its_last_user_turns_text_parts(tmp_path, fmt
 def test_a_video_row_reads_its_file_or_frames_and_names_a_missing_one(tmp_path, fmt):
     (tmp_path / "videos").mkdir()
     (tmp_path / "videos" / "clip.mp4").write_bytes(b"\0")  # decoded only when the row is encoded
-    f = _write(tmp_path / "train.jsonl", [_row(fmt, None, videos=["videos/clip.mp4"]),
-                                          _row(fmt, None, videos=["videos/gone.mp4"])])
+    f = L._jsonl([_row(fmt, None, videos=["videos/clip.mp4"]), _row(fmt, None, videos=["videos/gone.mp4"])],
+                 tmp_path / "train.jsonl")
     assert open_spec(f"{fmt}:{f}")[0].video.path == str(tmp_path / "videos/clip.mp4")
     assert L.row_error(f"{fmt}:{f}", 1) == f"{f}:2: field 'videos': video {tmp_path / 'videos/gone.mp4'} does not exist"
 

@@ -3,13 +3,10 @@ LLaVA set hold them: `conversations` with a human and a gpt turn, `image` (one o
 category column of the layout (VSI-590K's `question_type`); renamed fields; and each broken row named by file, row
 and field, the whole message checked."""
 
-import json
 from pathlib import Path
 
 import layout_copies as L
-import numpy as np
 import pytest
-from PIL import Image
 from test_hf_disk import save
 
 from spatial_jax.data.sources import open_spec
@@ -21,26 +18,22 @@ def _talk(human: str = ASK, gpt: str | None = "B") -> list[dict]:
     return [{"from": "human", "value": human}] + ([{"from": "gpt", "value": gpt}] if gpt is not None else [])
 
 
-def _write(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
 
 
 @pytest.fixture
 def folder(tmp_path) -> Path:
     for name in ("a", "b"):
-        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / f"{name}.png")
+        L._save(L.BLANK, tmp_path / f"{name}.png")
     (tmp_path / "clip.mp4").write_bytes(b"\0")  # decoded only when the row is encoded
     return tmp_path
 
 
 def test_rows_read_as_llava_holds_them(folder):
-    f = _write(folder / "rows.jsonl", [
+    f = L._jsonl([
         {"id": "v1", "question_type": "object_counting", "conversations": _talk(), "image": "a.png"},
         {"conversations": _talk("<image>\n<image>\nHow far apart are they?", "2.5"), "image": ["a.png", "b.png"]},
         {"conversations": _talk("<video>\nHow many chairs?", "3"), "video": "clip.mp4"},
-        {"conversations": _talk("Is a cube round?", "No")}])  # LLaVA's text-only rows
+        {"conversations": _talk("Is a cube round?", "No")}], folder / "rows.jsonl")  # LLaVA's text-only rows
     rows = open_spec(f"vsi590k:{f}")
     got = [(s.id, s.category, s.question, s.options, s.answer, s.image, s.images, s.video and s.video.path)
            for s in rows]
@@ -57,7 +50,7 @@ def test_rows_read_as_llava_holds_them(folder):
 def test_renamed_fields(folder):
     row = {"qid": "r", "kind": "depth", "chat": _talk(), "pic": "b.png", "cot": "<think>t</think> B",
            "clip": "clip.mp4", "conversations": _talk("ignored", "A")}
-    f = _write(folder / "rows.jsonl", [row, {**row, "cot": None}])
+    f = L._jsonl([row, {**row, "cot": None}], folder / "rows.jsonl")
     s = open_spec(f"vsi590k:{f}?conversations=chat&id=qid&category=kind&image=pic&reference=cot")[0]
     assert (s.id, s.category, s.question, s.answer, s.image) == ("r", "depth", "Which object is nearer?", "B",
                                                                  str(folder / "b.png"))
@@ -67,13 +60,13 @@ def test_renamed_fields(folder):
 
 
 def test_broken_rows_name_file_row_and_field(folder):
-    f = _write(folder / "rows.jsonl", [
+    f = L._jsonl([
         {"conversations": _talk(gpt=None), "image": "a.png"},
         {"conversations": _talk(gpt="E"), "image": "a.png"},
         {"conversations": _talk(), "image": "gone.png"},
         {"conversations": _talk(), "image": ["a.png", "gone.png"]},
         {"conversations": _talk("<video>\nHow many?", "3"), "video": "gone.mp4"},
-        {"conversations": "B", "image": "a.png"}])
+        {"conversations": "B", "image": "a.png"}], folder / "rows.jsonl")
     assert [L.row_error(f"vsi590k:{f}", k) for k in range(6)] == [
         f"{f}:1: field 'conversations' has no 'gpt' turn",
         f"{f}:2: field 'conversations[gpt]' = 'E' is none of the 2 options ['the cube', 'the ball']",

@@ -3,25 +3,17 @@ data.zip (test_layout_archives.py): the training file alone, in or out of its `r
 otherwise (the file at the top, inside a further folder, beside a README and macOS's twins); the setting each id
 names, as the authors' get_setting_from_id reads it; and every broken row or copy, the whole message checked."""
 
-import io
 import json
 from pathlib import Path
 
 import layout_copies as L
 import numpy as np
 import pytest
-from PIL import Image
 
 from spatial_jax.data.sources import open_spec
 
 QUESTION = "Which object is nearer? A. the cube B. the ball"
 VIEWS = ["other_all_image/around/0_0.png", "other_all_image/around/0_1.png"]
-
-
-def _png() -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def _record(**kw) -> dict:
@@ -34,13 +26,8 @@ def _lines(rows: list[dict]) -> str:
 
 def _folder(data: Path, rows: list[dict], file: str = "raw/MindCube_train.jsonl") -> Path:
     for v in VIEWS:
-        (data / v).parent.mkdir(parents=True, exist_ok=True)
-        (data / v).write_bytes(_png())
-    (data / file).parent.mkdir(parents=True, exist_ok=True)
-    (data / file).write_text(_lines(rows))
-    return data / file
-
-
+        L._save(L.BLANK, data / v)
+    return L._jsonl(rows, data / file)
 
 
 def test_the_training_file_alone_resolves_views_in_its_data_folder(tmp_path):
@@ -58,7 +45,7 @@ def test_the_training_file_alone_resolves_views_in_its_data_folder(tmp_path):
 def test_a_zip_laid_out_otherwise_is_read_from_its_own_folder(tmp_path, top):
     """The training file at the zip's top, or two folders down with macOS's twin of it nearer the top and a README
     beside it: the right file is found, its views read from beside it."""
-    members = {f"{top}{v}": _png() for v in VIEWS}
+    members = {f"{top}{v}": L.png(L.BLANK) for v in VIEWS}
     members[f"{top}raw/MindCube_train.jsonl"] = _lines([_record()])
     members["__MACOSX/raw/MindCube_train.jsonl"] = b"\0\5\26\7"  # shorter than the real path, and not the file
     members["README.md"] = "MindCube"

@@ -2,21 +2,13 @@
 a zip laid out otherwise (data.json at the top or deeper, beside lookalikes), an unzipped folder, and each broken
 copy or record, the whole message checked."""
 
-import io
 import json
 
 import layout_copies as L
 import numpy as np
 import pytest
-from PIL import Image
 
 from spatial_jax.data.sources import open_spec
-
-
-def _png() -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def _record(**kw) -> dict:
@@ -28,7 +20,7 @@ def _record(**kw) -> dict:
 
 @pytest.mark.parametrize("top", ["", "deep/er/"])
 def test_the_shortest_data_json_of_a_zip_is_read_beside_its_images(tmp_path, top):
-    members = {f"{top}data.json": json.dumps([_record()]), f"{top}Perspective_Taking/3.png": _png(),
+    members = {f"{top}data.json": json.dumps([_record()]), f"{top}Perspective_Taking/3.png": L.png(L.BLANK),
                f"A_copy/{top}old/data.json": "[]", "notes/mydata.json": "[]",
                "__MACOSX/data.json": b"\0\5\26\7", "__MACOSX/._data.json": b"\0\5\26\7"}
     (s,) = open_spec(f"omnispatial-train:{L.write_zip(tmp_path / 'OmniSpatial-train.zip', members)}")
@@ -54,7 +46,7 @@ def test_a_broken_zip_is_one_line_naming_archive_and_member(tmp_path):
 
 def test_an_unzipped_copy_resolves_images_beside_data_json(tmp_path):
     (tmp_path / "Perspective_Taking").mkdir()
-    (tmp_path / "Perspective_Taking" / "3.png").write_bytes(_png())
+    (tmp_path / "Perspective_Taking" / "3.png").write_bytes(L.png(L.BLANK))
     data = tmp_path / "data.json"
     data.write_text(json.dumps([_record(), _record(id="4_0")]))
     samples = open_spec(f"omnispatial-train:{data}", check_images=False)
@@ -67,7 +59,7 @@ def test_an_unzipped_copy_resolves_images_beside_data_json(tmp_path):
 
 def test_broken_records_name_file_record_and_field(tmp_path):
     (tmp_path / "Perspective_Taking").mkdir()
-    (tmp_path / "Perspective_Taking" / "3.png").write_bytes(_png())
+    (tmp_path / "Perspective_Taking" / "3.png").write_bytes(L.png(L.BLANK))
     data = tmp_path / "data.json"
     records = [_record(id=["3"]), _record(task_type=7), _record(options="left, right"), _record(answer=2),
                _record(answer=1.0), _record(question=[]), _record(question=["Look.", 1]), _record(question=5),

@@ -201,11 +201,6 @@ def test_a_marker_naming_no_picture_is_one_line_naming_file_row_and_field(tmp_pa
 # Rows as users hold them besides the tree: a file or folder of them alone (the LLaVA layout the module doc names),
 # renamed fields, rows with faults. Each message is checked in full, since it is what the user reads.
 
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
 
 
 FLAT = [
@@ -220,7 +215,7 @@ def flat(tmp_path) -> Path:
     """A folder of rows outside any `spar/<source>` tree, its pictures beside them."""
     for name in ("a", "b"):
         _picture(tmp_path / "copy" / "img" / f"{name}.jpg")
-    _jsonl(tmp_path / "copy" / "rows.jsonl", FLAT)
+    L._jsonl(FLAT, tmp_path / "copy" / "rows.jsonl")
     return tmp_path / "copy"
 
 
@@ -246,8 +241,8 @@ def test_a_tree_file_named_by_a_relative_path_resolves_against_its_source(root, 
 
 
 def test_a_folder_of_split_files_outside_the_tree_reads_the_split_named(flat):
-    _jsonl(flat / "train.jsonl", FLAT[:1])
-    _jsonl(flat / "val.jsonl", FLAT[1:])
+    L._jsonl(FLAT[:1], flat / "train.jsonl")
+    L._jsonl(FLAT[1:], flat / "val.jsonl")
     (flat / "rows.jsonl").unlink()
     assert [s.id for s in open_spec(f"spar7m:{flat}:val")] == ["spar7m-0"]
     assert [s.id for s in open_spec(f"spar7m:{flat}:train")] == ["q1"]
@@ -257,22 +252,22 @@ def test_renamed_fields_are_read_from_their_columns(flat):
     row = {"qid": "r1", "task": "depth", "pics": ["img/a.jpg"], "why": "The chair is nearer.",
            "messages": [{"from": "human", "value": "Which is nearer?\nA. chair\nB. desk"},
                         {"from": "gpt", "value": "A"}]}
-    f = _jsonl(flat / "renamed.jsonl", [row])
+    f = L._jsonl([row], flat / "renamed.jsonl")
     sample = open_spec(f"spar7m:{f}?conversations=messages&id=qid&category=task&image=pics&reference=why")[0]
     assert (sample.id, sample.category, sample.options, sample.answer) == ("r1", "depth", ("chair", "desk"), "A")
     assert set(sample.reference.values()) == {"The chair is nearer."} and sample.image == str(flat / "img/a.jpg")
 
 
 def test_a_gold_naming_no_option_is_refused_naming_the_reply(flat):
-    f = _jsonl(flat / "bad.jsonl", [{**FLAT[0], "conversations": _talk("Where?\nA. left\nB. right", "E")}])
+    f = L._jsonl([{**FLAT[0], "conversations": _talk("Where?\nA. left\nB. right", "E")}], flat / "bad.jsonl")
     assert L.row_error(f"spar7m:{f}").startswith(f"{f}:1: field 'conversations[gpt]' = 'E'")
 
 
 def test_a_select_row_without_options_is_refused_in_the_tree_and_read_alone(tmp_path):
     root = write_tree(tmp_path)
     f = root / "spar/scannet/qa_jsonl/train/obj_spatial_relation_oo/select/select_1.jsonl"
-    _jsonl(f, [{**ROWS["scannet"]["train"]["obj_spatial_relation_oo"]["select"][0],
-                "conversations": _talk("Where is the chair (red box)?", "B")}])
+    L._jsonl([{**ROWS["scannet"]["train"]["obj_spatial_relation_oo"]["select"][0],
+               "conversations": _talk("Where is the chair (red box)?", "B")}], f)
     want = f"{f}:1: field 'conversations[human]': a select row lists no options"
     assert L.row_error(f"spar7m:{root}", 2) == want and L.row_error(f"spar7m:{f}") == want
 
@@ -321,7 +316,7 @@ def test_pictures_are_views_up_to_ten_and_a_nav_rows_are_frames(flat, count, kin
     names = [f"img/{k}.jpg" for k in range(count)]
     for name in names:
         _picture(flat / name)
-    f = _jsonl(flat / "n.jsonl", [{"type": kind, "image": names, "conversations": _talk("How far?", "3")}])
+    f = L._jsonl([{"type": kind, "image": names, "conversations": _talk("How far?", "3")}], flat / "n.jsonl")
     sample = open_spec(f"spar7m:{f}")[0]
     pictures = tuple(str(flat / n) for n in names)
     assert (sample.video.frames if video else (sample.images or (sample.image,))) == pictures
@@ -330,8 +325,8 @@ def test_pictures_are_views_up_to_ten_and_a_nav_rows_are_frames(flat, count, kin
 
 def test_a_video_file_row_reads_as_the_llava_layout_names_it(flat):
     (flat / "clip.mp4").write_bytes(b"\0")  # read only when the row is encoded
-    f = _jsonl(flat / "v.jsonl", [{"video": "clip.mp4", "conversations": _talk("How many chairs?", "2")},
-                                  {"video": "gone.mp4", "conversations": _talk("How many chairs?", "2")}])
+    f = L._jsonl([{"video": "clip.mp4", "conversations": _talk("How many chairs?", "2")},
+                  {"video": "gone.mp4", "conversations": _talk("How many chairs?", "2")}], flat / "v.jsonl")
     assert open_spec(f"spar7m:{f}")[0].video.path == str(flat / "clip.mp4")
     assert L.row_error(f"spar7m:{f}", 1) == f"{f}:2: field 'video': video {flat / 'gone.mp4'} does not exist"
 
@@ -341,7 +336,7 @@ def test_a_frame_rate_that_is_no_positive_number_is_refused_naming_the_setting(f
     names = [f"img/{k}.jpg" for k in range(11)]
     for name in names:
         _picture(flat / name)
-    f = _jsonl(flat / "n.jsonl", [{"image": names, "conversations": _talk("How far?", "3")}])
+    f = L._jsonl([{"image": names, "conversations": _talk("How far?", "3")}], flat / "n.jsonl")
     assert open_spec(f"spar7m:{f}?video_fps=0.5")[0].video.fps == 0.5
     assert L.row_error(f"spar7m:{f}?video_fps={fps}") == (
         f"{f}:1: field 'image' lists frames, and data.columns video_fps = '{fps}' is no positive number of frames a "
