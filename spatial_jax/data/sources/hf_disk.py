@@ -17,7 +17,13 @@ from spatial_jax.data.sources.rows import ArrowRows, Row, Source
 from spatial_jax.records import brief
 
 NAME = "hf-disk"
-LAYOUTS = ("verl", "stvqa7k", "conversation", "trl", "easyr1")
+# layout -> its reader of one row (row, context, split)
+READERS = {"verl": lambda row, ctx, split: verl.convert(row, ctx),
+           "stvqa7k": lambda row, ctx, split: stvqa7k.convert(row, ctx, split or "train"),
+           "conversation": lambda row, ctx, split: conversation.convert(row, ctx, NAME, conversation.FIELDS),
+           "trl": lambda row, ctx, split: trl.convert(row, ctx),
+           "easyr1": lambda row, ctx, split: easyr1.convert(row, ctx)}
+LAYOUTS = tuple(READERS)
 
 
 def _read_json(path: Path) -> dict:
@@ -85,7 +91,4 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     rows = ArrowRows(files)
     ctx = ctx.beside(folder)
     forced = ctx.columns.get("layout")
-    readers = {"verl": verl.convert, "stvqa7k": lambda row, ctx: stvqa7k.convert(row, ctx, split or "train"),
-               "conversation": lambda row, ctx: conversation.convert(row, ctx, NAME, conversation.FIELDS),
-               "trl": trl.convert, "easyr1": easyr1.convert}
-    return Source(rows, lambda row: readers[layout_of(row, forced)](row, ctx))
+    return Source(rows, lambda row: READERS[layout_of(row, forced)](row, ctx, split))

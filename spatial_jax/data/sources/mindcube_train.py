@@ -75,5 +75,5 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
         ctx = dataclasses.replace(ctx, base=path.parent, members=members, prefix=prefix)
     else:
         rows = JsonLines(path)
-        ctx = F.Context(ctx.columns, _data_folder(path), ctx.check)
+        ctx = dataclasses.replace(ctx, base=_data_folder(path))
     return Source(rows, lambda row: convert(row, ctx))

@@ -26,6 +26,7 @@ Columns: question, options, answer, id, category, reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -100,7 +101,7 @@ def _zipped(path: Path, ctx: F.Context) -> tuple[ListRows, F.Context]:
         raise DatasetError(f"{path}:{found[0]}: expected a JSON list of records")
     rows = ListRows(data, Path(f"{path}:{found[0]}"))
     rows.files = (str(path),)  # what a digest reads: the archive (`zip:member` names no file)
-    return rows, F.Context(ctx.columns, path.parent, ctx.check, members, found[0][: -len("data.json")])
+    return rows, dataclasses.replace(ctx, base=path.parent, members=members, prefix=found[0][: -len("data.json")])
 
 
 def open_source(path: Path, split: str, ctx: F.Context) -> Source:
@@ -111,5 +112,5 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
         rows, ctx = _zipped(path, ctx)
     else:
         rows = json_list(path)
-        ctx = F.Context(ctx.columns, path.parent, ctx.check)
+        ctx = ctx.beside(path)
     return Source(rows, lambda row: convert(row, ctx))

@@ -44,11 +44,11 @@ def open_source(path: Path, split: str, ctx: F.Context) -> Source:
     if not sources:
         rows = table(path, split)
         base, fmt = _placed(path)
-        own = F.Context(ctx.columns, base, ctx.check)
+        own = dataclasses.replace(ctx, base=base)
         return Source(rows, lambda row: convert(row, own, fmt))
     files = _split_files(path, sources, split or SPLIT)
     rows = Concat([table_of([f]) for _, f in files])
-    settings = [(F.Context(ctx.columns, source / "images", ctx.check), f.parent.name) for source, f in files]
+    settings = [(dataclasses.replace(ctx, base=source / "images"), f.parent.name) for source, f in files]
     return Source(rows, lambda row: convert(row, *settings[_part(rows, row)]))
 
 
