@@ -319,8 +319,12 @@ def test_pictures_are_views_up_to_ten_and_a_nav_rows_are_frames(flat, count, kin
     f = L._jsonl([{"type": kind, "image": names, "conversations": _talk("How far?", "3")}], flat / "n.jsonl")
     sample = open_spec(f"spar7m:{f}")[0]
     pictures = tuple(str(flat / n) for n in names)
-    assert (sample.video.frames if video else (sample.images or (sample.image,))) == pictures
-    assert (sample.video is None) != video and (sample.images == () if video or count == 1 else True)
+    if video:
+        assert (sample.video.frames, sample.images, sample.image) == (pictures, (), None)
+    elif count == 1:
+        assert (sample.video, sample.images, sample.image) == (None, (), pictures[0])
+    else:
+        assert (sample.video, sample.images) == (None, pictures)
 
 
 def test_a_video_file_row_reads_as_the_llava_layout_names_it(flat):
