@@ -109,3 +109,9 @@ def test_a_missing_picture_is_named_unless_pictures_go_unchecked(tmp_path):
     assert L.row_error(f"hf-disk:{folder}") == (
         f"{folder / 'data-00000-of-00001.arrow'} row 0: field 'images': image {folder / 'p.png'} does not exist")
     assert open_spec(f"hf-disk:{folder}", check_images=False)[0].image == str(folder / "p.png")
+
+
+def test_stvqa_rows_of_a_named_split_are_named_by_it(tmp_path):
+    L._save(L.BLANK, tmp_path / "dd" / "val" / "p.png")
+    root = save_dict(tmp_path / "dd", {"train": [ROWS["stvqa7k"]], "val": [ROWS["stvqa7k"]]})
+    assert [s.id for s in open_spec(f"hf-disk:{root}:val")] == ["stvqa7k-val-0"]
