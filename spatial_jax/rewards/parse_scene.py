@@ -232,16 +232,14 @@ def normalise_answer(text: str) -> str:
 def gold_option(answer: Any, options: tuple[str, ...] = ()) -> tuple[str, str] | None:
     """(letter, "(x) option text") of the gold answer, both lower-case; None when it cannot be read.
 
-    The gold may be "(B) behind", a bare letter "B" (its text then comes from `options`, which may themselves
-    start with "(B)"), or an option's text.
+    The gold may be "(B) behind", a bare letter "B" or "(B)" (its text then comes from `options`, which may
+    themselves start with "(B)"), or an option's text.
     """
     if not isinstance(answer, str) or not answer.strip():
         return None
     gold = normalise_answer(answer)
-    m = _LETTER_OPTION.match(gold)
-    if m:
-        return m.group(1), f"({m.group(1)}) {m.group(2)}".strip()
     opts = [normalise_answer(o) for o in options if isinstance(o, str)]
+    # A bare letter first: "(B)" names option B, whose text comes from `options`, as "B" does.
     bare = _BARE_LETTER.match(gold)
     if bare:
         letter = bare.group(1)
@@ -249,6 +247,9 @@ def gold_option(answer: Any, options: tuple[str, ...] = ()) -> tuple[str, str] |
         if 0 <= index < len(opts):
             return letter, _with_letter(opts[index], letter)
         return letter, f"({letter})"
+    m = _LETTER_OPTION.match(gold)
+    if m:
+        return m.group(1), f"({m.group(1)}) {m.group(2)}".strip()
     for i, opt in enumerate(opts):
         om = _LETTER_OPTION.match(opt)
         text_only = om.group(2).strip() if om else opt
