@@ -94,8 +94,8 @@ def sample_indices(total_frames: int, video_fps: float, cfg: VideoProcessingConf
 
 def sample_indices_patched(total_frames: int, video_fps: float, cfg: VideoProcessingConfig) -> np.ndarray:
     """Qwen2.5-VL's rule (transformers' Qwen2VLVideoProcessor.sample_frames at cfg.fps): cfg.fps per second of the
-    clip, clamped to [min_frames, max_frames] and to the clip, rounded down to whole temporal patches, taken at
-    a constant float stride from frame 0 (so the last frame is usually not kept)."""
+    clip, clamped to [min_frames, max_frames] and to the clip, rounded down to whole temporal patches (at least
+    one), taken at a constant float stride from frame 0 (so the last frame is usually not kept)."""
     tp = cfg.temporal_patch_size
     if total_frames < tp:
         raise ValueError(f"a video needs at least {tp} frames (one temporal patch), got {total_frames}")
@@ -103,7 +103,9 @@ def sample_indices_patched(total_frames: int, video_fps: float, cfg: VideoProces
         raise ValueError(f"the video's frame rate must be positive, got {video_fps}")
     most = math.floor(min(cfg.max_frames, total_frames) / tp) * tp
     n = min(max(total_frames / video_fps * cfg.fps, cfg.min_frames), most, total_frames)
-    n = math.floor(n / tp) * tp
+    # at least one temporal patch (the clip has one): under min_frames < tp transformers' count rounds to 0 frames
+    # and its stride divides by zero
+    n = max(math.floor(n / tp), 1) * tp
     # as torch.arange(0, total, total / n).int(): ceil(total / stride) values (n + 1 where the double division
     # lands just above n, as transformers then keeps), i * stride in float32, truncated
     stride = total_frames / n
