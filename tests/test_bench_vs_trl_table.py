@@ -4,20 +4,15 @@ of the medians), the first step's excess over the median, the mean completion le
 and the package versions."""
 
 import importlib.metadata
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# loaded under the name mutation testing gives the script ("papers.vs_trl": tools/mutation.sh copies benchmarks/ to a
-# src/ first on sys.path), so that its mutants are reached; `import papers` can find benchmarks/papers/papers.py
-_FILE = next((p / "papers" / "vs_trl.py" for p in map(Path, sys.path) if (p / "papers" / "vs_trl.py").is_file()),
-             ROOT / "benchmarks" / "papers" / "vs_trl.py")
-_SPEC = importlib.util.spec_from_file_location("papers.vs_trl", _FILE)
-vs_trl = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(vs_trl)
+sys.path.append(str(ROOT / "benchmarks" / "papers"))
+
+import vs_trl  # noqa: E402
 
 # what importlib.metadata says on a host with the bench extra but without accelerate
 VERSIONS = {"jax": "0.10.2", "jaxlib": "0.10.2", "torch": "2.13.0+cpu", "transformers": "5.25.0", "trl": "1.16.0"}

@@ -75,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{module}: no such file")
 
     work = ROOT / ".mutation" / module.replace("/", "_").removesuffix(".py")
-    # the tests import a benchmark as a top-level module (benchmarks/ on sys.path) and mutmut names a mutant by its
-    # import path, which for a file under src/ drops the "src.": the benchmarks are mutated there
-    target = "src/" + module.removeprefix("benchmarks/") if module.startswith("benchmarks/") else module
+    # the tests import a benchmark as a top-level module (its folder, e.g. benchmarks/papers, on sys.path) and mutmut
+    # names a mutant by its import path, which for a file under src/ drops the "src.": the benchmark's folder is
+    # mutated there, so that `import learning` reaches "learning.x_verdict__mutmut_1"
+    target = "src/" + Path(module).name if module.startswith("benchmarks/") else module
     # a package's __init__.py is named by the package ("spatial_jax.data.sources.x_spec_digest__mutmut_1")
     dotted = target.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     globs = args.functions.split(",")
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             elif src.is_file():
                 shutil.copy2(src, work / name)
         if target != module:
-            shutil.copytree(ROOT / "benchmarks", work / "src", ignore=shutil.ignore_patterns("__pycache__", "out"))
+            shutil.copytree((ROOT / module).parent, work / "src", ignore=shutil.ignore_patterns("__pycache__", "out"))
         write_config(work, target, args.tests)
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the tests must import the mutated copy
