@@ -7,6 +7,7 @@ and the all-to-all path on 2 and 4 devices against transformers' outputs."""
 from __future__ import annotations
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,8 @@ from spatial_jax.models.sharding import make_mesh
 TOL = 1e-5
 
 
-def _pair(num_experts: int, top_k: int, seed: int = 0, lora: LoRAConfig = LoRAConfig(), matmul: str = "ragged_dot"):
+def _pair(num_experts: int, top_k: int, seed: int = 0, lora: LoRAConfig = LoRAConfig(), matmul: str = "ragged_dot",
+          dtype: str = "float32"):
     """transformers' Qwen3VLMoeTextSparseMoeBlock and our SparseMoE with the same random weights."""
     from transformers import Qwen3VLMoeConfig
     from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import Qwen3VLMoeTextSparseMoeBlock
@@ -35,7 +37,7 @@ def _pair(num_experts: int, top_k: int, seed: int = 0, lora: LoRAConfig = LoRACo
     with torch.no_grad():
         for p in block.parameters():
             p.copy_(0.3 * torch.randn_like(p))
-    cfg = ModelConfig.from_hf(json.loads(hf_cfg.to_json_string()), lora=lora).replace(moe_matmul=matmul)
+    cfg = ModelConfig.from_hf(json.loads(hf_cfg.to_json_string()), lora=lora).replace(moe_matmul=matmul, dtype=dtype)
     ours = SparseMoE(cfg, rngs=nnx.Rngs(seed))
     ours.gate.kernel[...] = jnp.asarray(block.gate.weight.detach().numpy().T)
     ours.experts["gate_up_proj"].kernel[...] = jnp.asarray(block.experts.gate_up_proj.detach().numpy().swapaxes(1, 2))
@@ -214,3 +216,48 @@ def test_megablox_layer_under_a_mesh_equals_transformers(batch):
         jaxpr = str(jax.make_jaxpr(lambda x: ours(x))(jnp.asarray(x)))
     assert "shard_map" in jaxpr and "pallas_call" in jaxpr and ("all_to_all[" in jaxpr) == (batch == 4)
     np.testing.assert_allclose(np.asarray(got), ref, atol=TOL)
+
+
+def test_router_logits_are_recorded_on_request():
+    """With record_router_logits the layer sows its router logits [B*T, E] as the Intermediate "router_logits"
+    (what the load-balancing loss reads): transformers' router logits; nothing is sown without the switch."""
+    block, ours = _pair(5, 2)
+    x = _tokens((2, 3, 32), seed=4)
+    with torch.no_grad():
+        ref, _, _ = block.gate(torch.from_numpy(x))
+    ours(jnp.asarray(x))
+    assert nnx.pop(ours, nnx.Intermediate) == nnx.State({})
+    ours.record_router_logits = True
+    ours(jnp.asarray(x))
+    (logits,) = nnx.pop(ours, nnx.Intermediate)["router_logits"]
+    np.testing.assert_allclose(np.asarray(logits), ref.numpy(), atol=TOL)
+
+
+def test_the_all_to_all_carries_the_compute_dtype():
+    """A bfloat16 layer sends its rows through the all-to-alls in bfloat16 (half float32's bytes), the counts in
+    int32."""
+    _, ours = _pair(4, 2, dtype="bfloat16")
+    x = jnp.asarray(_tokens((2, 5, 32)))
+    with jax.set_mesh(make_mesh(fsdp=2)):
+        jaxpr = str(jax.make_jaxpr(lambda x: ours(x))(x))
+    sent = [re.search(r":(\w+)\[", line).group(1) for line in jaxpr.splitlines() if "= all_to_all[" in line]
+    assert sent == ["bf16", "i32", "bf16"]
+
+
+def test_adapter_dropout_runs_where_every_device_holds_every_expert():
+    """megablox with a batch the token axes do not divide: all experts on each device, inside shard_map; a live
+    adapter dropout there takes the keys drawn outside (the modules' streams cannot advance inside shard_map) and
+    changes the output against the same layer in evaluation."""
+    _, ours = _pair(4, 2, seed=1, matmul="megablox", lora=LoRAConfig(rank=2, alpha=2.0, dropout=0.5,
+                                                                      targets=("experts_gate_up", "experts_down")))
+    for e in ours.experts.values():
+        e.tiling = (8, 16, 16)
+        e.lora_b[...] = jnp.ones_like(e.lora_b[...])
+    x = jnp.asarray(_tokens((3, 3, 32), seed=2))
+    fwd = nnx.jit(lambda m, x: m(x))
+    with jax.set_mesh(make_mesh(data=2, fsdp=2)):
+        evaluation = np.asarray(fwd(ours, x))
+        for e in ours.experts.values():
+            e.lora_dropout.deterministic = False
+        training = np.asarray(fwd(ours, x))
+    assert np.isfinite(training).all() and np.abs(training - evaluation).max() > 1e-3
