@@ -346,6 +346,11 @@ def test_a_file_is_read_by_its_suffix(tmp_path):
     listed = tmp_path / "list.json"
     listed.write_bytes(b"\xef\xbb\xbf \r\n\t[" + b" " * 80 + b'{"id": 3}]')
     assert type(R.table(listed)) is R.ListRows and rows_of(R.table(listed)) == [({"id": 3}, f"{listed} record 0", 0)]
+    # a list indented by a pretty-printer's worth of blank lines, past any one read block, is still a list
+    padded = tmp_path / "padded.json"
+    padded.write_bytes(b"\xef\xbb\xbf" + b" \n" * 40000 + b'[{"id": 5}]')
+    assert type(R.table(padded)) is R.ListRows and rows_of(R.table(padded)) == [({"id": 5}, f"{padded} record 0", 0)]
+    assert type(R.table(lines)) is R.JsonLines  # and JSON lines stay JSON lines
     assert type(R.table(L._jsonl([{"id": 4}], tmp_path / "rows.txt"))) is R.JsonLines
     assert type(R.table(parquet(tmp_path / "p.parquet", range(1), 5))) is R.ParquetRows
     assert type(R.table(arrow(tmp_path / "s.arrow", range(1)))) is R.ArrowRows

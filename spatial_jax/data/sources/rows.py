@@ -331,8 +331,11 @@ def table_of(files: Sequence[Path]) -> Rows:
     if len(files) != 1:
         return Concat([table_of([f]) for f in files])
     if suffix == ".json":
+        # a list or JSON lines, told by the first byte past the byte-order mark and however much white space
         with open(files[0], "rb") as f:
-            head = f.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+            head = f.read(65536).removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+            while not head and (block := f.read(65536)):
+                head = block.lstrip(b" \t\r\n")
         return json_list(files[0]) if head.startswith(b"[") else JsonLines(files[0])
     return JsonLines(files[0])
 
