@@ -17,7 +17,7 @@ import pytest
 import torch
 from test_model_archs import hf_model
 from test_model_utils import forward, max_err_real
-from test_video import _qwen2_video_processor_class, _torch_resize, choice_sample, clip
+from test_video import choice_sample, clip, qwen2_videos_class
 
 from spatial_jax.data import pipeline as P
 from spatial_jax.data.image_processing import ImageProcessingConfig
@@ -42,27 +42,10 @@ def video_sample(sid: str, n: int, fps: float, seed: int = 0):
 def hf_processor(tok, cfg):
     """transformers' Qwen2_5_VLProcessor over the project tokenizer, the PIL image processor and its video
     processor (Qwen2VLVideoProcessor, sampling frames itself), torchvision's ops done by the torch calls it makes."""
-    import transformers.image_processing_backends as backends
     from transformers.models.qwen2_5_vl.processing_qwen2_5_vl import Qwen2_5_VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    class Videos(_qwen2_video_processor_class()):
-        def convert_to_rgb(self, video):
-            return video
-
-        def normalize(self, image, mean, std, inplace=False, **kwargs):
-            return image.sub(torch.as_tensor(mean, dtype=image.dtype).view(-1, 1, 1)).div(
-                torch.as_tensor(std, dtype=image.dtype).view(-1, 1, 1))
-
-        def resize(self, videos, size, resample, factor, temporal_factor=2, cap_pixels_per_frame=None,
-                   max_video_tokens=None, **kwargs):
-            saved = backends.TorchvisionBackend.resize
-            backends.TorchvisionBackend.resize = _torch_resize
-            try:
-                return super().resize(videos, size, resample, factor, temporal_factor, cap_pixels_per_frame,
-                                      max_video_tokens)
-            finally:
-                backends.TorchvisionBackend.resize = saved
+    Videos = qwen2_videos_class()
 
     class Processor(Qwen2_5_VLProcessor):
         def check_argument_for_proper_class(self, name, arg):  # looks the video class up in torchvision's registry

@@ -164,6 +164,34 @@ def _qwen2_video_processor_class():
     return Qwen2VLVideoProcessor
 
 
+def qwen2_videos_class(torch_resize=None):
+    """Qwen2VLVideoProcessor with torchvision's ops done by the torch calls they make: frames kept as given, the
+    normalisation in torch, and torch_resize (default _torch_resize) standing in for torchvision's resize."""
+    import transformers.image_processing_backends as backends
+
+    stand_in = _torch_resize if torch_resize is None else torch_resize
+
+    class Videos(_qwen2_video_processor_class()):
+        def convert_to_rgb(self, video):
+            return video
+
+        def normalize(self, image, mean, std, inplace=False, **kwargs):
+            return image.sub(torch.as_tensor(mean, dtype=image.dtype).view(-1, 1, 1)).div(
+                torch.as_tensor(std, dtype=image.dtype).view(-1, 1, 1))
+
+        def resize(self, videos, size, resample, factor, temporal_factor=2, cap_pixels_per_frame=None,
+                   max_video_tokens=None, **kwargs):
+            saved = backends.TorchvisionBackend.resize
+            backends.TorchvisionBackend.resize = stand_in
+            try:
+                return super().resize(videos, size, resample, factor, temporal_factor, cap_pixels_per_frame,
+                                      max_video_tokens)
+            finally:
+                backends.TorchvisionBackend.resize = saved
+
+    return Videos
+
+
 def test_patched_frame_sampling_equals_qwen2_5_vl_processor():
     """Qwen2.5-VL's sampling (whole temporal patches, a float stride from frame 0, n + 1 frames where torch's
     arange rounds so) and its second_per_grid_ts, against transformers over clip lengths and frame rates."""

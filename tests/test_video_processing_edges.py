@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from test_video import _qwen2_video_processor_class, _torch_resize, clip, hf_video_processor
+from test_video import _qwen2_video_processor_class, _torch_resize, clip, hf_video_processor, qwen2_videos_class
 from transformers.image_utils import SizeDict
 from transformers.video_utils import VideoMetadata, read_video_pyav
 
@@ -164,25 +164,7 @@ def test_second_per_grid_equals_transformers_sampled_fps():
 def qwen2_video_processor(cfg: VideoProcessingConfig, torch_resize=_torch_resize):
     """transformers' Qwen2VLVideoProcessor at cfg (no sampling), torchvision's ops done by the torch calls it makes
     (as tests/test_qwen2_5_video.py builds it); torch_resize stands in for torchvision's resize."""
-    import transformers.image_processing_backends as backends
-
-    class Videos(_qwen2_video_processor_class()):
-        def convert_to_rgb(self, video):
-            return video
-
-        def normalize(self, image, mean, std, inplace=False, **kwargs):
-            return image.sub(torch.as_tensor(mean, dtype=image.dtype).view(-1, 1, 1)).div(
-                torch.as_tensor(std, dtype=image.dtype).view(-1, 1, 1))
-
-        def resize(self, videos, size, resample, factor, temporal_factor=2, cap_pixels_per_frame=None,
-                   max_video_tokens=None, **kwargs):
-            saved = backends.TorchvisionBackend.resize
-            backends.TorchvisionBackend.resize = torch_resize
-            try:
-                return super().resize(videos, size, resample, factor, temporal_factor, cap_pixels_per_frame,
-                                      max_video_tokens)
-            finally:
-                backends.TorchvisionBackend.resize = saved
+    Videos = qwen2_videos_class(torch_resize)
 
     return Videos(size={"shortest_edge": cfg.min_pixels, "longest_edge": cfg.max_pixels}, patch_size=cfg.patch_size,
                   merge_size=cfg.merge_size, temporal_patch_size=cfg.temporal_patch_size,
