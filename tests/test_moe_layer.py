@@ -261,3 +261,21 @@ def test_adapter_dropout_runs_where_every_device_holds_every_expert():
             e.lora_dropout.deterministic = False
         training = np.asarray(fwd(ours, x))
     assert np.isfinite(training).all() and np.abs(training - evaluation).max() > 1e-3
+
+
+def test_the_output_keeps_the_input_dtype_and_the_batch_sharding():
+    """bfloat16 tokens through a float32 layer come back bfloat16; under a mesh the output is laid out over the
+    batch axes; megablox on two devices, no expert parallelism, still runs in shard_map (Mosaic cannot be
+    partitioned)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    _, ours = _pair(4, 2)
+    assert ours(jnp.asarray(_tokens((1, 3, 32)), jnp.bfloat16)).dtype == jnp.bfloat16
+    mesh = make_mesh(data=2, fsdp=2)
+    with jax.set_mesh(mesh):
+        y = jax.jit(lambda x: ours(x))(jnp.asarray(_tokens((4, 3, 32))))
+    assert y.sharding.is_equivalent_to(NamedSharding(mesh, P(("data", "fsdp"))), 3)
+    _, mb = _pair(4, 2, matmul="megablox")
+    with jax.set_mesh(make_mesh(data=2)):
+        assert "shard_map" in str(jax.make_jaxpr(lambda x: mb(x))(jnp.asarray(_tokens((3, 3, 32)))))
