@@ -222,7 +222,7 @@ def refuse_writing_into_copies(outputs: dict[str, str | None], spec: str) -> Non
         root = Path(p.path).expanduser()
         root = os.path.realpath(root if root.is_dir() else root.parent)
         for flag, out in outputs.items():
-            # the folder itself too: a folder output (to-cvbench's --out) writes its files into it
-            if out and (os.path.realpath(out) == root or os.path.realpath(out).startswith(root + os.sep)):
+            # the folder itself too (a folder output, to-cvbench's --out, writes its files into it): one resolve
+            if out and (os.path.realpath(out) + os.sep).startswith(root + os.sep):
                 raise ConfigError(f"{flag} {out} lies inside the copy {root} that {part} reads; nothing is written "
                                   "into a copy")
