@@ -1,4 +1,5 @@
-"""The `spatial-jax` command: one thin module per subcommand in this package, each over library functions.
+"""The `spatial-jax` command: one thin module per subcommand in this package, each over library functions
+(what the user reads is DESCRIPTION; this paragraph is for the code's readers).
 
 An error the project anticipates (a bad setting, dataset or rollout record, an unreadable checkpoint, a file-system
 failure such as a full disk, SIGINT or SIGTERM) reaches the user as one line, `spatial-jax <command>: <message>`, and
@@ -39,20 +40,55 @@ COMMANDS = {
 }
 
 
+DESCRIPTION = """\
+Post-train Qwen-VL policies to reason about space with reinforcement learning whose rewards check where the model
+looked (boxes, scene graphs, tool calls), not only what it answered: SpatialCORE, ProSR, SpatialThinker and
+AlloSpatial on JAX, from the datasets and layouts you already have.
+
+The main job, on the embedded default (a tiny model, synthetic data, CPU):  spatial-jax train
+A recipe, with key=value overrides:  spatial-jax train --config configs/spatialcore_4b.toml rl.steps=10
+Each command's own options:  spatial-jax COMMAND --help"""
+
 # the commands that compile programs, and so open the persistent compilation cache (spatial_jax/compile_cache.py)
 COMPILING = ("sft", "pretrain", "train", "eval", "export", "plan")
 
 
+def _description() -> str:
+    """DESCRIPTION and the commands, one line each (argparse's own list wraps the longer names onto two lines)."""
+    width = max(map(len, COMMANDS)) + 2
+    lines = [f"  {name:<{width}}{help_}" for name, (_, help_) in COMMANDS.items()]
+    return DESCRIPTION + "\n\ncommands:\n" + "\n".join(lines)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """Imports only the chosen subcommand's module (when known), so `score` never pays for the model code."""
-    parser = argparse.ArgumentParser(prog="spatial-jax", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    """Imports only the chosen subcommand's module (every one when `only` is None, none when it names no command), so
+    `score` never pays for the model code."""
+    parser = argparse.ArgumentParser(
+        prog="spatial-jax", description=_description(), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=version(), help="print the package's and jax's versions")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of the commands above")
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, description=help_)
         p.set_defaults(_module=module)
         if only is None or only == name:
             importlib.import_module(module).add_arguments(p)
     return parser
+
+
+def version() -> str:
+    """The package's version and the jax it runs on; read from jax's metadata, so that `--version` never imports
+    jax (or pays for its platform probe)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    from spatial_jax import __version__
+
+    try:
+        jax = installed("jax")
+    except PackageNotFoundError:
+        jax = "not installed"
+    return f"spatial-jax {__version__} (jax {jax})"
 
 
 def _one_line(e: BaseException) -> str:
@@ -74,7 +110,8 @@ def entry() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    # with no known command first (--help, --version, a typo) no subcommand module is imported: they need no jax
+    chosen = argv[0] if argv and argv[0] in COMMANDS else ""
     args = build_parser(chosen).parse_args(argv)
     if args.command in COMPILING:
         compile_cache.enable()
