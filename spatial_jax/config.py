@@ -1,4 +1,5 @@
-"""Typed dataclass configs: loaded from TOML files in configs/, overridden by `key=value` strings.
+"""Typed dataclass configs: loaded from TOML files in configs/ (a file may name a `base` it inherits from),
+overridden by `key=value` strings.
 
 Every config in the project is a (possibly nested) dataclass. Unknown keys, wrong types and malformed
 overrides raise ConfigError with the offending key, so a bad run fails before anything is compiled. A config value
@@ -279,8 +280,45 @@ def apply_overrides(cfg: T, overrides: Iterable[str] | dict[str, Any]) -> T:
     return from_dict(type(cfg), merge(to_dict(cfg), extra))
 
 
+# how deep `base` chains may go: far beyond any recipe's (two or three), and a guard against a chain of links
+MAX_BASES = 16
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
+    """The settings of one TOML file. A file may start with `base = "other.toml"` (a path relative to the file's own
+    folder): it then holds the other file's settings with its own merged over them, table by table, so that a
+    recipe states only how it differs from its base. Bases chain; a cycle or a missing base is a ConfigError that
+    names the file whose `base` it is."""
+    return _load_toml(Path(path), ())[0]
+
+
+def config_files(path: str | Path) -> list[Path]:
+    """The TOML file at `path` and its bases, in the order they are named: every file a job's settings are read
+    from, which no command may overwrite."""
+    return _load_toml(Path(path), ())[1]
+
+
+def _load_toml(path: Path, seen: tuple[Path, ...]) -> tuple[dict[str, Any], list[Path]]:
+    data = _read_toml(path)
+    if "base" not in data:
+        return data, [path]
+    base = data.pop("base")
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"config file {path}: base must be the path of a TOML file, got {base!r}")
+    here = path.resolve()
+    chain = (*seen, here)
+    if len(chain) > MAX_BASES:
+        raise ConfigError(f"config file {path}: more than {MAX_BASES} bases deep")
+    target = here.parent / base
+    if target.resolve() in chain:
+        raise ConfigError(f"config file {path}: base {base!r} leads back to {target.resolve()} (a cycle)")
+    if not target.exists():
+        raise ConfigError(f"config file {path}: its base {base!r} ({target}) does not exist")
+    inherited, files = _load_toml(target, chain)
+    return merge(inherited, data), [path, *files]
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory")
     try:

@@ -75,7 +75,7 @@ def run(args) -> int:
     import jax
 
     from spatial_jax import distributed
-    from spatial_jax.cli.job_config import load_job
+    from spatial_jax.cli.job_config import job_files, load_job
     from spatial_jax.config import ConfigError
     from spatial_jax.eval.evaluate import evaluate
     from spatial_jax.rl.report import write_json
@@ -89,7 +89,7 @@ def run(args) -> int:
         raise ConfigError(f"run_dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to evaluate; pass --initial to "
                           "evaluate the untrained policy on purpose")
     out = Path(args.output or Path(cfg.run_dir) / "eval_cli.json")
-    check_output(out, [args.config, args.data or cfg.data.eval])
+    check_output(out, [*job_files(args.config), args.data or cfg.data.eval])
     distributed.initialize()
     if args.data:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, eval=args.data))
@@ -186,6 +186,7 @@ def run_benchmarks(args) -> int:
     from spatial_jax.benchmarks import load, score_responses
     from spatial_jax.benchmarks.protocols import summary
     from spatial_jax.benchmarks.runner import read_predictions
+    from spatial_jax.cli.job_config import job_files
     from spatial_jax.rl.report import write_json
 
     protocol, plan = _plan(args)
@@ -195,7 +196,7 @@ def run_benchmarks(args) -> int:
         responses = {name: read_predictions(pred) for name, _, pred in plan}
         given = Path(args.predictions)
         out = Path(args.output) if args.output else (given if given.is_dir() else given.parent) / f"eval_{title}.json"
-        check_output(out, [args.config, args.data, *(pred for _, _, pred in plan)], markdown=True)
+        check_output(out, [*job_files(args.config), args.data, *(pred for _, _, pred in plan)], markdown=True)
         meta = {"predictions": str(args.predictions)}
         skipped: dict[str, list[str]] = {}
         final_answer = None  # responses made elsewhere are read as given
@@ -246,7 +247,7 @@ def _generate(args, protocol, plan, records, title):
     from spatial_jax import distributed
     from spatial_jax.benchmarks.protocols import decoding_protocol
     from spatial_jax.benchmarks.runner import ResponseCache, cache_dir, generate
-    from spatial_jax.cli.job_config import load_job
+    from spatial_jax.cli.job_config import job_files, load_job
     from spatial_jax.config import ConfigError
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
     from spatial_jax.rollout.decode_copy import DecodeCopy
@@ -257,7 +258,7 @@ def _generate(args, protocol, plan, records, title):
         raise ConfigError(f"run_dir {cfg.run_dir} holds no checkpoint (sft/ or rl/) to evaluate; pass --initial to "
                           "evaluate the untrained policy on purpose")
     out = Path(args.output or Path(cfg.run_dir) / f"eval_{title}.json")
-    check_output(out, [args.config, args.data], markdown=True)
+    check_output(out, [*job_files(args.config), args.data], markdown=True)
     decoding = _decoding(args, decoding_protocol(protocol, cfg.method, tuple(name for name, _, _ in plan)), cfg)
     distributed.initialize()
     ws = Workspace(cfg)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from spatial_jax.config import load
+from spatial_jax.config import config_files, load
 
 ENV = "SPATIAL_JAX_DEFAULT_CONFIG"
 MAIN_JOB = Path(__file__).resolve().parents[2] / "configs" / "tiny_cpu.toml"
@@ -26,3 +26,10 @@ def load_job(config: str | None, overrides):
     from spatial_jax.rl.config import TrainConfig
 
     return load(TrainConfig, config if config is not None else default_config(), overrides)
+
+
+def job_files(config: str | None) -> list[Path]:
+    """The files a job command reads its settings from: `config` (or the default above) and the bases it names; the
+    output guards count them among the command's inputs."""
+    path = config if config is not None else default_config()
+    return [] if path is None else config_files(path)

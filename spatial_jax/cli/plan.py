@@ -56,12 +56,12 @@ def _prepare_jax(topology: str | None) -> None:
 def run(args) -> int:
     _check_host_devices(args.topology)
     _prepare_jax(args.topology)
-    from spatial_jax.cli.job_config import default_config, load_job
+    from spatial_jax.cli.job_config import default_config, job_files, load_job
     from spatial_jax.cli.outputs import check_output_files, check_writable_file
     from spatial_jax.config import ConfigError
 
     cfg = load_job(args.config, args.overrides)
-    check_output_files({"--json": args.json}, [args.config])
+    check_output_files({"--json": args.json}, job_files(args.config))
     if args.json:
         check_writable_file("--json", args.json)
     topology = args.topology or cfg.plan.target

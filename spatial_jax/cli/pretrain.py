@@ -19,12 +19,12 @@ def run(args) -> int:
     import os
 
     from spatial_jax.cli.outputs import check_folder, new_files, refuse_overwriting
-    from spatial_jax.config import ConfigError, load
+    from spatial_jax.config import ConfigError, config_files, load
     from spatial_jax.rl.config import TrainConfig
     from spatial_jax.rl.pretrain import pretrain
 
     cfg = load(TrainConfig, args.config, args.overrides)
-    refuse_overwriting({"--out": args.out}, [args.config, cfg.run_dir])
+    refuse_overwriting({"--out": args.out}, [*config_files(args.config), cfg.run_dir])
     check_folder(args.out, "--out")
     if os.path.isdir(args.out) and os.listdir(args.out):  # known now, not after the training
         raise ConfigError(f"--out {args.out} already holds files: a base is written into a new or empty folder")

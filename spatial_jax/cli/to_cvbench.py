@@ -26,14 +26,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from spatial_jax.benchmarks.to_cvbench import write
-    from spatial_jax.cli.job_config import load_job
+    from spatial_jax.cli.job_config import job_files, load_job
     from spatial_jax.cli.outputs import check_folder, new_files, refuse_overwriting
     from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
 
     cfg = load_job(args.config, args.overrides)
     data = args.data or cfg.data.eval
-    refuse_overwriting({"--out": args.out}, [args.config, *spec_paths(data)])
+    refuse_overwriting({"--out": args.out}, [*job_files(args.config), *spec_paths(data)])
     refuse_writing_into_copies({"--out": args.out}, data)
     check_folder(args.out, "--out")
     with new_files(args.out, "--out") as stage:
