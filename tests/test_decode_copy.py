@@ -123,10 +123,10 @@ def test_the_trainer_decodes_from_a_copy_of_its_current_weights(tmp_path):
 
     job = Trainer(C.load(TrainConfig, None, [f"run_dir={tmp_path}", "mesh.data=2", "mesh.fsdp=2",
                                              "decode.tensor=2"]), record_config=False)
-    first = job.decoder()
-    assert job.decoder() is first and first.refreshes == 1  # unchanged weights: no new copy
+    first = job.experience.decoder()
+    assert job.experience.decoder() is first and first.refreshes == 1  # unchanged weights: no new copy
     job.trainable = jax.tree.map(lambda x: x * 2.0, job.trainable)  # what an update or a restore does
-    assert job.decoder().refreshes == 2
+    assert job.experience.decoder().refreshes == 2
     ours = jax.tree.leaves(nnx.state(job.model))
     for a, b in zip(jax.tree.leaves(nnx.state(first.model)), ours):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

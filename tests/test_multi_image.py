@@ -118,7 +118,7 @@ def test_sft_and_grpo_steps_on_multi_image_and_video(tmp_path):
     sft = _mixed_batch(job.tok, job.policy.image_cfg, mode="sft")
     assert sft.loss_mask.sum() > 0
     tx = make_optimizer(job.optim_config("sft"))
-    metrics, _ = job.sft_step(0, sft, tx, tx.init(job.trainable))
+    metrics, _ = job.learner.sft_step(0, sft, tx, tx.init(job.trainable))
     assert np.isfinite(float(metrics["loss"]))
     after_sft = _params(job)
     assert max(jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), start, after_sft))) > 0
@@ -126,13 +126,13 @@ def test_sft_and_grpo_steps_on_multi_image_and_video(tmp_path):
     batch = _mixed_batch(job.tok, job.policy.image_cfg)
     sampling = dataclasses.replace(job.cfg.rl.sampling, stop_token_ids=(job.tok.im_end_id,),
                                    pad_token_id=job.tok.pad_id, max_new_tokens=4)
-    got = job.collect(0, batch, sampling)
+    got = job.experience.collect(0, batch, sampling)
     assert len(got.rollouts) == 6
     assert all(np.isfinite(v) for s in got.scores for v in s.values())
     np.testing.assert_array_equal(got.completions.image_counts, [3, 3, 2, 2, 1, 1])
     tx = make_optimizer(job.optim_config("rl"))
     adv = np.linspace(-1.0, 1.0, 6).astype(np.float32)
-    _, out = job.update(0, got.completions, adv, tx, 1, tx.init(job.trainable), 1.0)
+    _, out = job.learner.update(0, got.completions, adv, tx, 1, tx.init(job.trainable), 1.0)
     assert np.isfinite(out["loss"])
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), after_sft, _params(job)))
     assert max(moved) > 0

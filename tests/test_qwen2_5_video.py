@@ -154,7 +154,7 @@ def test_video_positions_of_every_path_equal_transformers(setup, monkeypatch):
     sampler's, of prompt + completion rows in the RL update (make_seq_batch) and of the SFT rows equal transformers'
     get_rope_index given second_per_grid_ts."""
     from spatial_jax.rl import step as st
-    from spatial_jax.rl.train import full_seq_batch
+    from spatial_jax.rl.learner import full_seq_batch
     from spatial_jax.rollout import SamplingConfig, sampler
     from spatial_jax.rollout.engine import Engine, split_rows
 
@@ -251,7 +251,7 @@ def test_grpo_update_on_a_qwen2_5_vl_video(setup, tmp_path, monkeypatch):
     monkeypatch.setattr(st, "rope_index", spy)
     start = jax.tree.map(np.asarray, job.trainable)
     tx = make_optimizer(job.optim_config("rl"))
-    _, out = job.update(0, comps, np.asarray([1.0, -1.0], np.float32), tx, 1, tx.init(job.trainable), 1.0)
+    _, out = job.learner.update(0, comps, np.asarray([1.0, -1.0], np.float32), tx, 1, tx.init(job.trainable), 1.0)
     assert np.isfinite(out["loss"])
     moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), start,
                                          jax.tree.map(np.asarray, job.trainable)))

@@ -11,12 +11,12 @@ import pytest
 from spatial_jax.cli import main
 from spatial_jax.data.jsonl import read_jsonl, write_jsonl
 from spatial_jax.data.pipeline import open_source
-from spatial_jax.rl.train import Trainer
+from spatial_jax.rl.learner import Learner
 
 
 @pytest.fixture
 def no_steps(monkeypatch):
-    monkeypatch.setattr(Trainer, "sft_step", lambda self, step, batch, tx, opt_state: ({"loss": 0.0}, opt_state))
+    monkeypatch.setattr(Learner, "sft_step", lambda self, step, batch, tx, opt_state: ({"loss": 0.0}, opt_state))
 
 
 def test_resuming_sft_on_changed_rows_is_refused(tmp_path, no_steps, capsys):

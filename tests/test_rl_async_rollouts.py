@@ -34,6 +34,7 @@ from spatial_jax.rl import train as train_module
 from spatial_jax.rl.async_rollouts import Rolled, RolloutsAhead
 from spatial_jax.rl.checkpoint import Checkpointer
 from spatial_jax.rl.config import TrainConfig
+from spatial_jax.rl.learner import Learner
 from spatial_jax.rl.workspace import Workspace
 from spatial_jax.testing import dense_methods
 
@@ -144,8 +145,8 @@ def test_lag_one_trains_on_the_previous_weights_rollouts_and_resumes(dense, tmp_
             raise Interrupted(2)
         return learn(self, rolled, *args, **kwargs)
 
-    learn, stopping.done = train_module.Trainer.learn, False
-    monkeypatch.setattr(train_module.Trainer, "learn", stopping)
+    learn, stopping.done = Learner.learn, False
+    monkeypatch.setattr(Learner, "learn", stopping)
     cut = tmp_path / "cut"
     with pytest.raises(Interrupted):
         train_module.train(_cfg(cut, *steps, *OFF))

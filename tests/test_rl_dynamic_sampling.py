@@ -116,8 +116,8 @@ def _run_step(job, rewards_of_round, lengths=None):
         seen.update(comps=comps, adv=adv, trained=trained)
         return opt_state, {"loss": 0.0, "train_tokens": 1.0}
 
-    job.collect, job.update = collect, update
-    job.batches = iter([types.SimpleNamespace(records=(None,) * prompts, tag=k) for k in range(1, 10)])
+    job.experience.collect, job.learner.update = collect, update
+    job.experience.batches = iter([types.SimpleNamespace(records=(None,) * prompts, tag=k) for k in range(1, 10)])
     first = types.SimpleNamespace(records=(None,) * prompts, tag=0)
     out, _ = job.rl_step(0, first, types.SimpleNamespace(temperature=1.0), None, 1, None)
     return out, seen, asked
@@ -215,10 +215,10 @@ def test_real_rounds_draw_afresh_and_padding_carries_no_loss(job):
     sampling = dataclasses.replace(trainer.cfg.rl.sampling, stop_token_ids=(trainer.tok.im_end_id,),
                                    pad_token_id=trainer.tok.pad_id)
     with jax.set_mesh(trainer.mesh):
-        first, second = (trainer.collect(0, batch, sampling, round_=k).completions for k in (0, 1))
+        first, second = (trainer.experience.collect(0, batch, sampling, round_=k).completions for k in (0, 1))
         assert not np.array_equal(first.tokens, second.tokens)
         comps = take_rows([(first, [2, 3]), (second, [0, 1])], trainer.tok.pad_id)
         tx = make_optimizer(trainer.optim_config("rl"))
-        _, out = trainer.update(0, comps, np.array([1.0, -1.0, 0.0, 0.0], np.float32), tx, 1,
+        _, out = trainer.learner.update(0, comps, np.array([1.0, -1.0, 0.0, 0.0], np.float32), tx, 1,
                                 tx.init(trainer.trainable), 1.0, np.array([True, True, False, False]))
     assert out["loss/num_seqs"] == 2 and out["loss/num_tokens"] == comps.mask[:2].sum()

@@ -21,7 +21,7 @@ def _update(job, comps):
     optim = job.optim_config("rl")
     tx = make_optimizer(optim)
     with jax.set_mesh(job.mesh):
-        return job.update(0, comps, ADV, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)[1]
+        return job.learner.update(0, comps, ADV, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)[1]
 
 
 def test_trainer_old_logp_ratio_is_one_and_bit_identical_sampler_has_no_gap(tmp_path):
@@ -40,7 +40,7 @@ def test_trainer_old_logp_ratio_is_one_and_bit_identical_sampler_has_no_gap(tmp_
                               row_group=np.arange(r.start, r.stop) // 2, row_image_counts=comps.image_counts[r])
             for r in (slice(0, 2), slice(2, 4))]  # as the update builds them
     with jax.set_mesh(job.mesh):
-        own = np.concatenate([np.asarray(x) for x in job.trainer_logprobs(job.trainable, seqs, 1.0)])
+        own = np.concatenate([np.asarray(x) for x in job.learner.logprobs(job.trainable, seqs, 1.0)])
     noise = np.random.default_rng(0).normal(0.0, 0.05, own.shape).astype(np.float32)
     # MIS keeps [1/u, u] with u at the median |noise|: about half the tokens leave it
     rc = job.cfg.rl
@@ -72,7 +72,7 @@ def test_trainer_old_logp_ratio_is_one_and_bit_identical_sampler_has_no_gap(tmp_
     optim = job.optim_config("rl")
     tx = make_optimizer(optim)
     with jax.set_mesh(job.mesh):
-        out = job.update(1, dataclasses.replace(comps, logprobs=own), ADV, tx, optim.grad_accum_steps,
+        out = job.learner.update(1, dataclasses.replace(comps, logprobs=own), ADV, tx, optim.grad_accum_steps,
                          tx.init(job.trainable), 1.0, behaviour=jax.tree.map(jnp.copy, start))[1]
     assert out["gap/numeric/abs_max"] == 0.0 and out["gap/numeric/kl"] == 0.0
     assert out["gap/staleness/abs_mean"] > 1e-4 and out["gap/staleness/abs_max"] == pytest.approx(out["gap/abs_max"])

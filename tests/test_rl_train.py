@@ -131,7 +131,7 @@ def _rollouts(job, prompts: int):
     sampling = dataclasses.replace(job.cfg.rl.sampling, stop_token_ids=(job.tok.im_end_id,),
                                    pad_token_id=job.tok.pad_id)
     with jax.set_mesh(job.mesh):
-        return job.collect(0, batch, sampling).completions
+        return job.experience.collect(0, batch, sampling).completions
 
 
 @pytest.mark.slow
@@ -149,7 +149,7 @@ def test_grpo_step_on_2x2x2_mesh_equals_single_device(tmp_path):
     for job in (one, sharded):
         tx = make_optimizer(job.optim_config("rl"))
         with jax.set_mesh(job.mesh):
-            _, metrics = job.update(0, comps, adv, tx, 1, tx.init(job.trainable), 1.0)
+            _, metrics = job.learner.update(0, comps, adv, tx, 1, tx.init(job.trainable), 1.0)
         results.append((metrics["loss"], _params(job)))
     (loss1, p1), (loss8, p8) = results
     assert np.isfinite(loss1) and abs(loss1 - loss8) <= 1e-5
@@ -174,7 +174,7 @@ def test_micro_batches_accumulate_to_the_full_batch_update(tmp_path):
     for job in (full, split):
         optim = job.optim_config("rl")
         tx = make_optimizer(optim)
-        job.update(0, comps, adv, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)
+        job.learner.update(0, comps, adv, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)
         params.append(_params(job))
     assert split.optim_config("rl").grad_accum_steps == 2
     # float32 summation order, amplified by Adam's normalisation where a gradient is tiny: observed up to 1.2e-6
@@ -198,7 +198,7 @@ def test_updates_after_a_steps_first_are_off_policy(tmp_path):
         optim = job.optim_config("rl")
         tx = make_optimizer(optim)
         with jax.set_mesh(job.mesh):
-            _, calls[name] = job.update(0, comps, adv, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)
+            _, calls[name] = job.learner.update(0, comps, adv, tx, optim.grad_accum_steps, tx.init(job.trainable), 1.0)
     assert mini.optim_config("rl").grad_accum_steps == 1 and mini.optim_config("rl").total_steps == 2
     for out in calls.values():
         # the first call is on-policy: the sampler's and the trainer's log-probs differ by float rounding alone
@@ -225,7 +225,7 @@ def test_shared_prefix_update_equals_the_whole_row_update(tmp_path, monkeypatch)
     results = []
     for job in (whole, shared):
         tx = make_optimizer(job.optim_config("rl"))
-        _, metrics = job.update(0, comps, adv, tx, 1, tx.init(job.trainable), 1.0)
+        _, metrics = job.learner.update(0, comps, adv, tx, 1, tx.init(job.trainable), 1.0)
         results.append((metrics, _params(job)))
     assert groups == [1, 2]
     (m1, p1), (m2, p2) = results
@@ -319,8 +319,8 @@ def test_overlong_filter_trains_only_rollouts_that_stopped(tmp_path):
     tokens = comps.tokens.copy()
     tokens[1, int(comps.mask[1].sum()) - 1] = job.tok.im_end_id
     tx = make_optimizer(job.optim_config("rl"))
-    _, out = job.update(0, dataclasses.replace(comps, tokens=tokens), np.array([1.0, -1.0, 0.5, -0.5], np.float32),
-                        tx, 1, tx.init(job.trainable), 1.0)
+    _, out = job.learner.update(0, dataclasses.replace(comps, tokens=tokens),
+                                np.array([1.0, -1.0, 0.5, -0.5], np.float32), tx, 1, tx.init(job.trainable), 1.0)
     assert out["loss/num_seqs"] == 1 and out["loss/num_tokens"] == comps.mask[1].sum()
 
 
@@ -390,7 +390,7 @@ def test_grpo_update_moves_sequences_the_advantages_way(tmp_path):
             adv = np.asarray(group_advantages(jax.numpy.asarray(share.reshape(-1, 8), jax.numpy.float32)))
             adv = adv.reshape(-1)
             before = sequence_logp(comps)
-            opt_state, _ = job.update(step, comps, adv, tx, 1, opt_state, 1.0)
+            opt_state, _ = job.learner.update(step, comps, adv, tx, 1, opt_state, 1.0)
             moved = sequence_logp(comps) - before
             assert np.corrcoef(adv, moved)[0, 1] > 0.7 and float(adv @ moved) > 0, (adv, moved)
 
@@ -407,7 +407,7 @@ def test_advantages_are_normalised_within_each_group(tmp_path, monkeypatch):
     rewards = [10.0, 11.0, 12.0, 13.0, 0.0, 2.0, 1.0, 3.0]
     decoded = type("Decoded", (), {"mask": np.ones((8, 3), np.int32)})()  # only counted before the update
     collected = Collected(completions=decoded, rollouts=[], scores=[{"reward": r} for r in rewards], decoded=8)
-    monkeypatch.setattr(job, "collect", lambda *a, **k: collected)
+    monkeypatch.setattr(job.experience, "collect", lambda *a, **k: collected)
     seen = {}
 
     class Updated(Exception):
@@ -417,7 +417,7 @@ def test_advantages_are_normalised_within_each_group(tmp_path, monkeypatch):
         seen["adv"] = adv
         raise Updated
 
-    monkeypatch.setattr(job, "update", update)
+    monkeypatch.setattr(job.learner, "update", update)
     batch = type("Batch", (), {"records": [None, None]})()
     with pytest.raises(Updated):
         job.rl_step(0, batch, job.cfg.rl.sampling, None, 1, None)

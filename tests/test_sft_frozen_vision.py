@@ -19,9 +19,10 @@ from spatial_jax.data.pipeline import DataConfig, train_iterator
 from spatial_jax.models.config import LoRAConfig
 from spatial_jax.rl import step as st
 from spatial_jax.rl.config import EvalConfig, PolicyConfig, RLConfig, SFTConfig, TrainConfig
+from spatial_jax.rl.learner import full_seq_batch
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.optim import OptimConfig
-from spatial_jax.rl.train import Trainer, full_seq_batch
+from spatial_jax.rl.train import Trainer
 from spatial_jax.rl.workspace import Workspace
 
 

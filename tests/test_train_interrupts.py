@@ -18,7 +18,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from spatial_jax.cli import main
 from spatial_jax.data.sample import DatasetError
-from spatial_jax.rl.train import Trainer
+from spatial_jax.rl.learner import Learner
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ["sft.batch_size=2", "sft.checkpoint_every=2", "rl.steps=0", "data.train=synthetic:train:16",
@@ -65,15 +65,15 @@ def _resumes(run: Path, steps: int, capsys) -> None:
 
 
 def _stop_at(monkeypatch, at: int, stop) -> None:
-    """Trainer.sft_step calls stop() before step index `at` (after the save of step `at` has started)."""
-    step_fn = Trainer.sft_step
+    """Learner.sft_step calls stop() before step index `at` (after the save of step `at` has started)."""
+    step_fn = Learner.sft_step
 
     def sft_step(self, step, *args):
         if step == at:
             stop()
         return step_fn(self, step, *args)
 
-    monkeypatch.setattr(Trainer, "sft_step", sft_step)
+    monkeypatch.setattr(Learner, "sft_step", sft_step)
 
 
 def test_a_bad_input_mid_stage_keeps_the_pending_checkpoint(tmp_path, monkeypatch, capsys):

@@ -19,8 +19,8 @@ of TRL. The first pair is each side's warm-up (compilation for JAX; TRL's first 
 over the median. Before timing, the driver checks that both sides see the same prompt ids and bit-identical pixel
 values (sha256 of the float32 patches), prompt by prompt.
 
-Columns: step = sampling + update; sampling = generation and scoring (spatial-jax: `Trainer.roll_out`; TRL:
-`_generate_and_score_completions`); update = the rest of the optimiser step (spatial-jax: `Trainer.learn`; TRL: the
+Columns: step = sampling + update; sampling = generation and scoring (spatial-jax: `Experience.roll_out`; TRL:
+`_generate_and_score_completions`); update = the rest of the optimiser step (spatial-jax: `Learner.learn`; TRL: the
 loss forward and backward, clipping and AdamW, from on_step_begin to on_step_end less its sampling). Times are
 medians (min-max) over the pairs after the first; TRL / spatial-jax is the median of the per-pair ratios.
 """
@@ -120,9 +120,9 @@ def sjax_worker(args: argparse.Namespace, rd, wr: int) -> None:
         step = 0
         while receive(rd).get("go"):
             t0 = time.perf_counter()
-            rolled = tr.roll_out(step, batch, sampling, None, version=step)
+            rolled = tr.experience.roll_out(step, batch, sampling, None, version=step)
             t1 = time.perf_counter()
-            metrics, opt_state = tr.learn(rolled, tx, n_micro, opt_state, sampling)
+            metrics, opt_state = tr.learner.learn(rolled, tx, n_micro, opt_state, sampling)
             t2 = time.perf_counter()
             lengths = rolled.completions.mask.sum(axis=1)
             send(wr, {"sampling": t1 - t0, "update": t2 - t1, "length": float(np.mean(lengths)),
