@@ -67,6 +67,70 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     return graph
 
 
+def _imported_names(module: str, path: Path) -> list[str]:
+    """The dotted names a module imports (`from a.b import c` gives a.b.c: a module or a name in a.b)."""
+    is_pkg = path.name == "__init__.py"
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_pkg else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            names += [f"{base}.{a.name}" for a in node.names]
+    return names
+
+
+def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the modules of its own package that it imports (function-level imports included)."""
+    files = _source_files(root)
+
+    def owner(name: str) -> str | None:  # the module a dotted name lives in
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in files.items():
+        targets = {owner(name) for name in _imported_names(module, path)}
+        graph[module] = {t for t in targets if t and t != module and _package(t) == _package(module)}
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more nodes that reach each other (Tarjan), each sorted: the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     out = []
     for src, dsts in sorted(graph.items()):
@@ -102,6 +166,22 @@ def test_lower_layers_never_import_higher_ones():
 
 def test_packages_form_no_cycle():
     assert package_cycles(import_graph()) == []
+
+
+def test_no_package_holds_an_import_cycle_between_its_modules():
+    assert strongly_connected(module_graph()) == []
+
+
+def test_the_module_check_sees_a_planted_cycle_and_a_function_level_import():
+    graph = module_graph()
+    assert all(_package(m) == _package(t) for m, ts in graph.items() for t in ts)
+    # models/config.py once imported the registry inside two methods while the registry imports the config
+    assert "spatial_jax.models.config" in graph["spatial_jax.models.registry"]
+    graph["spatial_jax.models.config"] = graph["spatial_jax.models.config"] | {"spatial_jax.models.registry"}
+    (cycle,) = strongly_connected(graph)  # with the modules that import the config and that the registry imports
+    assert {"spatial_jax.models.config", "spatial_jax.models.registry", "spatial_jax.models.vision"} <= set(cycle)
+    # a name imported from a module counts as that module: `from spatial_jax.rl.learner import Learner`
+    assert "spatial_jax.rl.learner" in module_graph()["spatial_jax.rl.train"]
 
 
 def test_the_checks_see_a_planted_violation():

@@ -18,9 +18,10 @@ import torch
 from flax import nnx
 from test_model_utils import IMG, VEND, VID, VOCAB, VSTART, forward, max_err_real
 
-from spatial_jax.models import ModelConfig, prepare_vision_inputs
+from spatial_jax.models import prepare_vision_inputs
 from spatial_jax.models.hf_io import from_pretrained, save_pretrained
 from spatial_jax.models.moe import SparseMoE, dense_moe, load_balancing_loss
+from spatial_jax.models.registry import config_from_hf, config_to_hf
 
 TOL = 1e-5
 IDS = dict(image_token_id=IMG, video_token_id=VID, vision_start_token_id=VSTART, vision_end_token_id=VEND)
@@ -137,8 +138,8 @@ def pair(request, models):
 def test_config_round_trip(pair):
     arch, hf, ours = pair
     assert ours.cfg.model_type == arch
-    assert ModelConfig.from_hf(ours.cfg.to_hf()) == ours.cfg
-    assert ModelConfig.from_hf(json.loads(hf.config.to_json_string())) == ours.cfg
+    assert config_from_hf(config_to_hf(ours.cfg)) == ours.cfg
+    assert config_from_hf(json.loads(hf.config.to_json_string())) == ours.cfg
 
 
 def test_text_logits(pair):
@@ -207,7 +208,7 @@ def test_window_ids_equal_transformers_windows():
     """The window of every patch equals the one transformers' window_index / cu_window_seqlens give it."""
     from transformers.vision_utils import get_vision_window_index
 
-    cfg = ModelConfig.from_hf(json.loads(hf_model("qwen2_5_vl").config.to_json_string())).vision
+    cfg = config_from_hf(json.loads(hf_model("qwen2_5_vl").config.to_json_string())).vision
     grids = np.array([[1, 6, 10], [2, 4, 6], [1, 10, 4]])
     vi = prepare_vision_inputs(np.zeros((int(grids.prod(-1).sum()), cfg.patch_dim), np.float32), grids, cfg)
     seg = np.asarray(vi.segment_ids) > 0
@@ -237,7 +238,7 @@ def _moe_pair(seed=0, lora=None):
     with torch.no_grad():
         for p in block.parameters():
             p.copy_(0.3 * torch.randn_like(p))
-    cfg = ModelConfig.from_hf(json.loads(hf_cfg.to_json_string()), **({} if lora is None else dict(lora=lora)))
+    cfg = config_from_hf(json.loads(hf_cfg.to_json_string()), **({} if lora is None else dict(lora=lora)))
     ours = SparseMoE(cfg, rngs=nnx.Rngs(0))
     ours.gate.kernel[...] = jnp.asarray(block.gate.weight.detach().numpy().T)
     ours.experts["gate_up_proj"].kernel[...] = jnp.asarray(block.experts.gate_up_proj.detach().numpy().swapaxes(1, 2))
@@ -322,7 +323,7 @@ def test_expert_parallel_layer_equals_one_device():
 
     text = dict(MOE["text"], num_experts=8, num_experts_per_tok=3)
     hf_cfg = Qwen3VLMoeConfig(text_config=text, vision_config=dict(MOE["vision"]), **IDS)
-    cfg = ModelConfig.from_hf(json.loads(hf_cfg.to_json_string()),
+    cfg = config_from_hf(json.loads(hf_cfg.to_json_string()),
                               lora=LoRAConfig(rank=2, targets=("experts_gate_up", "experts_down")))
     layer = SparseMoE(cfg, rngs=nnx.Rngs(3))
     for e in layer.experts.values():
@@ -379,7 +380,7 @@ def test_no_architecture_name_outside_the_registry():
 
 def test_unknown_model_type_is_a_clear_error():
     with pytest.raises(ValueError, match="unsupported model_type 'llama'.*qwen2_5_vl"):
-        ModelConfig.from_hf({"model_type": "llama"})
+        config_from_hf({"model_type": "llama"})
 
 
 

@@ -14,6 +14,7 @@ from flax import nnx
 
 from spatial_jax.models import ModelConfig, prepare_vision_inputs
 from spatial_jax.models.hf_io import read_safetensors_header, read_tensor, write_safetensors
+from spatial_jax.models.registry import config_from_hf, config_to_hf
 
 IMG, VID, VSTART, VEND = 120, 121, 122, 123
 VOCAB = 128
@@ -136,13 +137,13 @@ def max_err_real(a, b, mask) -> float:
 def test_config_from_hf_and_back(variant):
     model = hf_model(variant)
     d = json.loads(model.config.to_json_string())
-    cfg = ModelConfig.from_hf(d)
+    cfg = config_from_hf(d)
     v = VARIANTS[variant]
     assert cfg.tie_word_embeddings is v["tie"]
     assert cfg.text.mrope_section == tuple(v["text"]["rope_parameters"]["mrope_section"])
     assert cfg.vision.deepstack_visual_indexes == tuple(v["vision"]["deepstack_visual_indexes"])
     assert cfg.image_token_id == IMG and cfg.vision_end_token_id == VEND
-    assert ModelConfig.from_hf(cfg.to_hf()) == cfg
+    assert config_from_hf(config_to_hf(cfg)) == cfg
 
 
 def test_config_takes_project_overrides():
@@ -162,7 +163,7 @@ def test_config_validation():
     with pytest.raises(ValueError, match="outside the vocabulary"):
         ModelConfig.tiny(vocab_size=64, image_token_id=70)
     with pytest.raises(ValueError, match="model_type"):
-        ModelConfig.from_hf({"model_type": "llama"})
+        config_from_hf({"model_type": "llama"})
 
 
 def test_tiny_is_small():
@@ -199,7 +200,7 @@ def test_safetensors_roundtrip_bf16(tmp_path):
 def test_vision_metadata_matches_hf_helpers():
     from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_position_ids
 
-    cfg = ModelConfig.from_hf(json.loads(hf_model("untied_gqa4").config.to_json_string())).vision
+    cfg = config_from_hf(json.loads(hf_model("untied_gqa4").config.to_json_string())).vision
     grids = np.array([[1, 4, 6], [2, 2, 2], [1, 8, 4]])
     pixels = np.zeros((int(grids.prod(-1).sum()), cfg.patch_dim), np.float32)
     vi = prepare_vision_inputs(pixels, grids, cfg, buckets=(16, 64), num_frames=6)
@@ -249,7 +250,7 @@ def test_8b_architecture_names_and_shapes_match_transformers():
     with torch.device("meta"):
         hf = Qwen3VLForConditionalGeneration(Qwen3VLConfig.from_dict(QWEN3_VL_8B_CONFIG))
     hf_shapes = {k: tuple(v.shape) for k, v in hf.state_dict().items()}
-    cfg = ModelConfig.from_hf(QWEN3_VL_8B_CONFIG, dtype="bfloat16")
+    cfg = config_from_hf(QWEN3_VL_8B_CONFIG, dtype="bfloat16")
     assert (cfg.text.rope_theta, cfg.text.mrope_section) == (5_000_000.0, (24, 20, 20))
     model = nnx.eval_shape(lambda: Qwen3VL(cfg))
     ours = {}

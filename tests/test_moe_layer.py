@@ -17,8 +17,9 @@ import torch
 from flax import nnx
 from test_model_archs import IDS, MOE
 
-from spatial_jax.models import LoRAConfig, ModelConfig
+from spatial_jax.models import LoRAConfig
 from spatial_jax.models.moe import ExpertLinear, SparseMoE, dense_moe, expert_parallel_axes, route, token_axes
+from spatial_jax.models.registry import config_from_hf
 from spatial_jax.models.sharding import make_mesh
 
 TOL = 1e-5
@@ -37,7 +38,7 @@ def _pair(num_experts: int, top_k: int, seed: int = 0, lora: LoRAConfig = LoRACo
     with torch.no_grad():
         for p in block.parameters():
             p.copy_(0.3 * torch.randn_like(p))
-    cfg = ModelConfig.from_hf(json.loads(hf_cfg.to_json_string()), lora=lora).replace(moe_matmul=matmul, dtype=dtype)
+    cfg = config_from_hf(json.loads(hf_cfg.to_json_string()), lora=lora).replace(moe_matmul=matmul, dtype=dtype)
     ours = SparseMoE(cfg, rngs=nnx.Rngs(seed))
     ours.gate.kernel[...] = jnp.asarray(block.gate.weight.detach().numpy().T)
     ours.experts["gate_up_proj"].kernel[...] = jnp.asarray(block.experts.gate_up_proj.detach().numpy().swapaxes(1, 2))

@@ -17,6 +17,7 @@ from flax import nnx
 from spatial_jax.data.image_processing import ImageProcessingConfig, num_image_tokens, preprocess
 from spatial_jax.models import ModelConfig, Qwen3VL, prepare_vision_inputs
 from spatial_jax.models.hf_io import from_pretrained
+from spatial_jax.models.registry import config_to_hf
 from spatial_jax.rollout import SamplingConfig, decode, extend, generate, prefill
 from spatial_jax.rollout import logits as lg
 from spatial_jax.rollout import sampler as sampler_mod
@@ -121,7 +122,7 @@ def tiny(tmp_path_factory):
 
     cfg = ModelConfig.tiny(vocab_size=VOCAB, tie_word_embeddings=False)
     torch.manual_seed(0)
-    hf = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**cfg.to_hf())).eval()
+    hf = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**config_to_hf(cfg))).eval()
     with torch.no_grad():
         hf.lm_head.weight.mul_(8.0)
     path = tmp_path_factory.mktemp("tiny_qwen3vl")

@@ -362,6 +362,19 @@ def test_a_file_is_read_by_its_suffix(tmp_path):
         f"{tmp_path / 'none.jsonl'}: dataset file does not exist")
 
 
+@pytest.mark.parametrize("lead", [b"\x0b", b"\x0c", b"X"], ids=["vertical tab", "form feed", "a letter"])
+@pytest.mark.parametrize("pad", [0, 70000], ids=["at the start", "past the first read block"])
+def test_a_json_file_whose_first_byte_past_json_white_space_is_no_bracket_is_json_lines(tmp_path, lead, pad):
+    """Only JSON's own white space (space, tab, CR, LF) is skipped to find the '[' of a list: a file that opens with
+    another byte (Python's wider white space, a stray letter) is read as JSON lines, so its error names the line."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b" " * pad + lead + b'[{"id": 1}]\n{"id": 2}\n')
+    table = R.table(bad)
+    assert type(table) is R.JsonLines and len(table) == 2
+    assert refusal(table.__getitem__, 0) == f"{bad}:1: malformed JSON: Expecting value (column {pad + 1})"
+    assert table[1].data == {"id": 2}
+
+
 def test_concatenated_tables_index_from_either_end_and_list_their_files(tmp_path):
     a = L._jsonl([{"id": 0}, {"id": 1}], tmp_path / "a.jsonl")
     b = L._jsonl([{"id": 2}], tmp_path / "b.jsonl")

@@ -22,7 +22,8 @@ from jax.experimental import topologies
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spatial_jax.models import ModelConfig, prepare_vision_inputs
+from spatial_jax.models import prepare_vision_inputs
+from spatial_jax.models.registry import config_from_hf
 from spatial_jax.models.sharding import make_mesh
 from spatial_jax.models.vision import VisionTower
 from spatial_jax.rl.plan.measure import mosaic_kernels
@@ -32,7 +33,7 @@ from spatial_jax.rl.plan.shapes import ARCHITECTURES, _placed
 def measure(model: str, taps: tuple[int, ...], mesh, images: int, side: int) -> dict:
     hf = copy.deepcopy(ARCHITECTURES[model])
     hf["vision_config"]["deepstack_visual_indexes"] = list(taps)
-    mc = ModelConfig.from_hf(hf).replace(dtype="bfloat16", param_dtype="float32", scan_layers=True)
+    mc = config_from_hf(hf).replace(dtype="bfloat16", param_dtype="float32", scan_layers=True)
     graphdef, params = nnx.split(nnx.eval_shape(lambda: VisionTower(mc, rngs=nnx.Rngs(0))))
     params = _placed(params, mesh)
     grids = np.asarray([[1, side, side]] * images)

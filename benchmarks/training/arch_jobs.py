@@ -19,8 +19,9 @@ from flax import nnx
 
 from spatial_jax.cli import main as cli
 from spatial_jax.data.tokenizer import build_tokenizer
-from spatial_jax.models import ModelConfig, Qwen3VL
+from spatial_jax.models import Qwen3VL
 from spatial_jax.models.hf_io import from_pretrained, save_pretrained
+from spatial_jax.models.registry import config_from_hf
 
 JOB = ["sft.steps=2", "rl.steps=2", "rl.prompts_per_step=2", "rl.group_size=2", "rl.sampling.max_new_tokens=12",
        "eval.after_rl=false", "data.train=synthetic:train:16", "data.eval=synthetic:heldout:4", "tensorboard=false",
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
     results = []
     for arch in args.archs:
         text, vision = ARCHS[arch]
-        cfg = ModelConfig.from_hf(dict(model_type=arch, text_config={**text, "vocab_size": tok.vocab_size},
+        cfg = config_from_hf(dict(model_type=arch, text_config={**text, "vocab_size": tok.vocab_size},
                                        vision_config=vision, tie_word_embeddings=False, **tok.model_token_ids()))
         base = args.out / arch / "base"
         save_pretrained(Qwen3VL(cfg, rngs=nnx.Rngs(0)), base)

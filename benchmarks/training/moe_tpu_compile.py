@@ -40,7 +40,8 @@ from jax.sharding import PartitionSpec as P
 from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
 from spatial_jax.config import ConfigError
 from spatial_jax.kernels.grouped_matmul import IMPLS, kernel_calls
-from spatial_jax.models import ModelConfig, moe
+from spatial_jax.models import moe
+from spatial_jax.models.registry import config_from_hf
 from spatial_jax.models.sharding import logical_to_spec, make_mesh, variable_names
 from spatial_jax.rl.plan.measure import collective_calls, fmt_bytes
 from spatial_jax.rl.plan.shapes import ARCHITECTURES
@@ -81,7 +82,7 @@ def main(argv=None) -> None:
     hf = copy.deepcopy(ARCHITECTURES["qwen3-vl-30b-a3b"])
     hf["text_config"]["num_hidden_layers"] = 1
     hf["vision_config"]["deepstack_visual_indexes"] = [0]
-    mc = ModelConfig.from_hf(hf).replace(dtype="bfloat16", param_dtype="float32")
+    mc = config_from_hf(hf).replace(dtype="bfloat16", param_dtype="float32")
     D = mc.text.hidden_size
     x = jax.ShapeDtypeStruct((args.rows, args.tokens, D), jnp.bfloat16, sharding=NamedSharding(mesh, P("fsdp")))
 

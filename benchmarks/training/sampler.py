@@ -34,6 +34,7 @@ from pathlib import Path
 
 from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
 from spatial_jax.config import ConfigError
+from spatial_jax.models.registry import config_to_hf
 
 OUT = Path(__file__).resolve().parents[1] / "out" / "sampler.json"
 OWNER = Path(__file__).name
@@ -59,7 +60,7 @@ def build(vocab: int, batch: int, seed: int):
 
     cfg = ModelConfig.tiny(vocab_size=vocab, tie_word_embeddings=False)
     torch.manual_seed(seed)
-    hf = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**cfg.to_hf())).eval()
+    hf = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**config_to_hf(cfg))).eval()
     path = Path(tempfile.mkdtemp(prefix="tiny_qwen3vl_"))
     hf.save_pretrained(path)
     model = from_pretrained(path)

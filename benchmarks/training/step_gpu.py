@@ -74,6 +74,7 @@ from shared_prefix import batch  # this folder is sys.path[0] when the script ru
 from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
 from spatial_jax.config import ConfigError
 from spatial_jax.models import ModelConfig, Qwen3VL
+from spatial_jax.models.registry import config_from_hf
 from spatial_jax.models.sharding import make_mesh, shard_model
 from spatial_jax.rl.losses import LossConfig
 from spatial_jax.rl.plan.shapes import ARCHITECTURES
@@ -93,7 +94,7 @@ BOUNDS = {"prompts": (1, 1024), "group": (1, 256), "prompt_len": (1, 2**17), "co
 
 def model_config(name: str, **kw) -> ModelConfig:
     """A published architecture by name, or "tiny" (the CPU smoke run's), with the given dtype/memory settings."""
-    mc = ModelConfig.tiny(512, tie_word_embeddings=True) if name == "tiny" else ModelConfig.from_hf(ARCHITECTURES[name])
+    mc = ModelConfig.tiny(512, tie_word_embeddings=True) if name == "tiny" else config_from_hf(ARCHITECTURES[name])
     return mc.replace(scan_layers=True, **kw)
 
 

@@ -293,18 +293,3 @@ class ModelConfig:
         )
         return cls(text=text, vision=vision, lora=lora, tie_word_embeddings=tie_word_embeddings,
                    dtype=dtype, param_dtype=param_dtype, **ids)
-
-    @classmethod
-    def from_hf(cls, hf: dict[str, Any], *, lora: LoRAConfig = LoRAConfig(), dtype: DType = "float32",
-                param_dtype: DType | None = None) -> ModelConfig:
-        """Builds the config from a `config.json` dict of any registered architecture (spatial_jax.models.registry,
-        keyed by its `model_type`)."""
-        from spatial_jax.models.registry import config_from_hf  # the registry builds on this module
-
-        return config_from_hf(hf, lora=lora, dtype=dtype, param_dtype=param_dtype)
-
-    def to_hf(self, torch_dtype: str | None = None) -> dict[str, Any]:
-        """A `config.json` dict that transformers reads back to the same architecture."""
-        from spatial_jax.models.registry import architecture
-
-        return architecture(self.model_type).config_to_hf(self, torch_dtype)

@@ -28,7 +28,7 @@ from spatial_jax.distributed import barrier, is_primary, to_host
 from spatial_jax.models.config import AttentionImpl, DType, LoRAConfig, ModelConfig, MoeMatmul, RematPolicy
 from spatial_jax.models.lora import LoRALinear, reset_adapters
 from spatial_jax.models.qwen3_vl import Qwen3VL
-from spatial_jax.models.registry import architecture
+from spatial_jax.models.registry import architecture, config_from_hf, config_to_hf
 from spatial_jax.models.sharding import logical_to_spec, shard_model, variable_names
 
 _ST_DTYPES = {
@@ -200,7 +200,7 @@ def load_config(path: str | Path, **kwargs) -> ModelConfig:
     cfg_file = Path(path) / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"{cfg_file} not found")
-    return ModelConfig.from_hf(json.loads(cfg_file.read_text()), **kwargs)
+    return config_from_hf(json.loads(cfg_file.read_text()), **kwargs)
 
 
 def from_pretrained(
@@ -375,5 +375,5 @@ def save_pretrained(model: Qwen3VL, path: str | os.PathLike, *, dtype: DType | N
                 json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
             )
         saved_dtype = "bfloat16" if out_dtype == np.dtype(ml_dtypes.bfloat16) else str(out_dtype)
-        (path / "config.json").write_text(json.dumps(cfg.to_hf(torch_dtype=saved_dtype), indent=2))
+        (path / "config.json").write_text(json.dumps(config_to_hf(cfg, torch_dtype=saved_dtype), indent=2))
     barrier("save_pretrained")

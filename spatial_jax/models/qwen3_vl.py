@@ -7,7 +7,7 @@ Public API (stable; sampling/ and rl/ build on it)
 Config (spatial_jax.models.config)
     ModelConfig(text=TextConfig, vision=VisionConfig, lora=LoRAConfig, image_token_id, video_token_id,
                 vision_start_token_id, vision_end_token_id, tie_word_embeddings, dtype, param_dtype)
-    ModelConfig.from_hf(config_json_dict, lora=LoRAConfig(), dtype="float32", param_dtype=None) / .to_hf()
+    registry.config_from_hf(config_json_dict, lora=LoRAConfig(), dtype="float32", param_dtype=None) / config_to_hf(cfg)
     ModelConfig.tiny(vocab_size=256, image_token_id=None, ..., tie_word_embeddings=True, lora=LoRAConfig())
         (< 1M parameters; special ids default to the last four ids: image, video, vision start, vision end)
     LoRAConfig(rank, alpha, dropout, targets, vision_rank, vision_alpha, vision_targets); LoRAConfig.spatialcore()

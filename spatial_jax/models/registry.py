@@ -240,3 +240,8 @@ def config_from_hf(hf: dict[str, Any], *, lora: LoRAConfig = LoRAConfig(), dtype
     """ModelConfig of a config.json dict (`rope_parameters` or legacy `rope_scaling`); no model_type: Qwen3-VL."""
     return architecture(hf.get("model_type") or "qwen3_vl").config_from_hf(
         hf, lora=lora, dtype=dtype, param_dtype=param_dtype)
+
+
+def config_to_hf(cfg: ModelConfig, torch_dtype: str | None = None) -> dict[str, Any]:
+    """A `config.json` dict that transformers reads back to the same architecture."""
+    return architecture(cfg.model_type).config_to_hf(cfg, torch_dtype)

@@ -19,6 +19,7 @@ from spatial_jax.config import ConfigError
 from spatial_jax.data.image_processing import smart_resize
 from spatial_jax.data.tokenizer import build_tokenizer
 from spatial_jax.models import ModelConfig, Qwen3VL, load_config
+from spatial_jax.models.registry import config_from_hf
 from spatial_jax.models.sharding import logical_to_spec, variable_names
 from spatial_jax.rl import step as st
 from spatial_jax.rl.config import TrainConfig
@@ -92,7 +93,7 @@ def model_config(cfg: TrainConfig) -> ModelConfig:
     if pc.checkpoint and (Path(pc.checkpoint) / "config.json").is_file():
         mc = load_config(pc.checkpoint)
     elif cfg.plan.model:
-        mc = ModelConfig.from_hf(ARCHITECTURES[cfg.plan.model])
+        mc = config_from_hf(ARCHITECTURES[cfg.plan.model])
     elif not pc.checkpoint:
         tok = build_tokenizer(pc.tokenizer_vocab_size)
         mc = ModelConfig.tiny(tok.vocab_size, **tok.model_token_ids())
