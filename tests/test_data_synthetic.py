@@ -13,6 +13,7 @@ from spatial_jax import config as C
 from spatial_jax.data import synthetic as syn
 from spatial_jax.data.prompts import THINK_BOXES
 from spatial_jax.data.sample import LETTERS
+from spatial_jax.data.synthetic.scene import _apart
 
 ALL = syn.SyntheticConfig(question_types=syn.QUESTION_TYPES)
 
@@ -459,7 +460,7 @@ def test_distractors_add_unnamed_objects_and_leave_the_question_its_answer_and_r
         assert not any(label in s.question for label in extra)
         assert np.array_equal(_render_meta(s), s.image)  # the image shows every object, distractors included
         boxes = [o["bbox"] for o in s.meta["objects"]]
-        assert all(syn._apart(a, b, 2) for k, a in enumerate(boxes) for b in boxes[k + 1:])
+        assert all(_apart(a, b, 2) for k, a in enumerate(boxes) for b in boxes[k + 1:])
         assert s.category != "relative_position" or s.options[LETTERS.index(s.answer)] == _expected_answer(s)
         assert "The image shows 4 objects" in s.reference["spatialthinker"]
         assert len(json.loads(s.reference["spatialthinker"].split("<scene>\n")[1].split("\n</scene>")[0])[

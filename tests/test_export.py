@@ -229,7 +229,7 @@ def test_the_export_carries_the_processors_with_the_runs_pixel_budget(tmp_path):
 
     from spatial_jax import config as C
     from spatial_jax.data.image_processing import preprocess
-    from spatial_jax.data.pipeline import video_config
+    from spatial_jax.data.visuals import video_config
     from spatial_jax.rl.config import TrainConfig
     from spatial_jax.rl.workspace import Workspace
 

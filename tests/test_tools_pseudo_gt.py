@@ -13,16 +13,8 @@ import pytest
 from spatial_jax.cli import main
 from spatial_jax.config import ConfigError
 from spatial_jax.data.jsonl import read_jsonl
-from spatial_jax.data.pseudo_gt import (
-    ChatExtractor,
-    Detections,
-    ExtractorError,
-    PseudoGTConfig,
-    annotate,
-    completed_ids,
-    extract_phrases,
-    select_boxes,
-)
+from spatial_jax.data.phrases import ChatExtractor, ExtractorError, extract_phrases
+from spatial_jax.data.pseudo_gt import Detections, PseudoGTConfig, annotate, completed_ids, select_boxes
 from spatial_jax.data.sample import DatasetError
 
 # ---------------------------------------------------------------- phrase extraction

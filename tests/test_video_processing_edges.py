@@ -173,7 +173,7 @@ def qwen2_video_processor(cfg: VideoProcessingConfig, torch_resize=_torch_resize
 
 
 SIZES25 = [
-    # Qwen2.5-VL's processor defaults (pipeline.video_config): 128 to 768 merged tokens of 28 x 28 pixels a frame
+    # Qwen2.5-VL's processor defaults (visuals.video_config): 128 to 768 merged tokens of 28 x 28 pixels a frame
     VideoProcessingConfig(patch_size=14, merge_size=2, min_pixels=128 * 784, max_pixels=768 * 784,
                           timing="second_per_grid"),
     VideoProcessingConfig(patch_size=14, merge_size=2, min_pixels=128 * 784, max_pixels=768 * 784,

@@ -75,9 +75,9 @@ def sjax_worker(args: argparse.Namespace, rd, wr: int) -> None:
     import numpy as np
 
     from spatial_jax.cli.job_config import load_job
-    from spatial_jax.data.pipeline import load_visuals, video_config
     from spatial_jax.data.processor_files import write_processor_configs
     from spatial_jax.data.prompts import build_messages
+    from spatial_jax.data.visuals import load_visuals, video_config
     from spatial_jax.models.registry import architecture
     from spatial_jax.rl.train import Trainer
 

@@ -35,10 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spatial_jax.data.phrases import ChatExtractor, ExtractorError
     from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.pseudo_gt import (
-        ChatExtractor,
-        ExtractorError,
         PseudoGTConfig,
         ZeroShotDetector,
         annotate,

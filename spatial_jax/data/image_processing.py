@@ -27,7 +27,7 @@ class ImageProcessingConfig:
     """Defaults are Qwen3-VL's preprocessor_config.json (size.shortest_edge / longest_edge = min / max pixels).
 
     video_timing: how the model places a video in time, which picks the video processor the pipeline derives from
-    this one (data.pipeline.video_config): "timestamps" (Qwen3-VL) or "second_per_grid" (Qwen2.5-VL, whose vision
+    this one (data.visuals.video_config): "timestamps" (Qwen3-VL) or "second_per_grid" (Qwen2.5-VL, whose vision
     config has tokens_per_second; rl.policy.image_config sets it from the model)."""
 
     patch_size: int = 16

@@ -52,8 +52,8 @@ def tool_target(sample: Sample) -> list[TargetPart] | None:
     if ast.startswith("Error: ") or picture is None:
         return None
     named = [o for o in objects if o["label"] in relevant]
-    # the annotator's answer where the world has one (a biased annotator's, data/synthetic.py): the targets of every
-    # format carry it alike, while the tools answer the truth
+    # the annotator's answer where the world has one (a biased annotator's, data/synthetic/annotations.py): the
+    # targets of every format carry it alike, while the tools answer the truth
     answer = meta.get("annotated_answer", sample.answer)
     final = answer if isinstance(answer, str) else format_number(answer)
     return [

@@ -22,10 +22,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spatial_jax.config import ConfigError, from_dict, to_dict
-from spatial_jax.data.pipeline import video_config
 from spatial_jax.data.processor_files import write_processor_configs
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.data.sources import spec_digest
+from spatial_jax.data.visuals import video_config
 from spatial_jax.distributed import barrier, is_primary
 from spatial_jax.models.hf_io import save_pretrained
 from spatial_jax.models.registry import architecture

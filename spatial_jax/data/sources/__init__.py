@@ -2,7 +2,7 @@
 read by one module per layout, each naming the card and the loading code it follows:
 
   jsonl:PATH (or a bare PATH)   the project's own JSONL (data/jsonl.py)
-  synthetic:<split>:<n>         the synthetic world (data/synthetic.py)
+  synthetic:<split>:<n>         the synthetic world (data/synthetic/)
   verl:PATH[:split]             verl's RL parquet (verl.py)
   easyr1:PATH[:split]           EasyR1's parquet / JSON lines (easyr1.py)
   trl:PATH[:split]              TRL's GRPO vision datasets (trl.py)
