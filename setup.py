@@ -1,23 +1,9 @@
 """spatial-jax: JAX-native RL post-training of vision-language models with spatially grounded rewards."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
-PACKAGES = [
-    "spatial_jax",
-    "spatial_jax.cli",
-    "spatial_jax.data",
-    "spatial_jax.eval",
-    "spatial_jax.benchmarks",
-    "spatial_jax.models",
-    "spatial_jax.reference",
-    "spatial_jax.rewards",
-    "spatial_jax.methods",
-    "spatial_jax.rl",
-    "spatial_jax.rl.plan",
-    "spatial_jax.rollout",
-    "spatial_jax.testing",
-    "spatial_jax.kernels",
-]
+# every package under spatial_jax/ (a listed set missed data.sources and would miss the next one in a wheel)
+PACKAGES = find_packages(include=["spatial_jax", "spatial_jax.*"])
 
 setup(
     name="spatial-jax",
