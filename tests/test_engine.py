@@ -250,7 +250,7 @@ def test_tpu_paged_decode_compiles_sharded_for_four_tpu_chips():
 
 
 def test_tokens_unchanged_with_the_gpu_decode_kernel_and_command_buffers(tiny, batch, monkeypatch):  # noqa: F811
-    """decode_kernel "pallas" (kernels/paged_attention.py, interpreted here) with command buffers (compiler options
+    """decode_kernel "pallas" (kernels/attention/paged.py, interpreted here) with command buffers (compiler options
     the CPU compiler checks and ignores) draws the tokens of the plain engine, log-probs to float32 rounding; a
     graph that fails to compile falls back to the plain chunk and says why."""
     _, model = tiny

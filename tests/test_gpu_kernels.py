@@ -1,13 +1,13 @@
 """The GPU kernels in the Pallas interpreter against the project's XLA paths and the float64 torch references
-(kernels/torch_reference.py), and their Triton lowering for CUDA (built on CPU: a kernel lowers, only PTX needs a
-GPU).
+(kernels/attention/reference_torch.py), and their Triton lowering for CUDA (built on CPU: a kernel lowers, only PTX
+needs a GPU).
 
-The paged decode kernel (kernels/paged_attention.py) against the XLA paged path (pages gathered by models/paged.read,
+The paged decode kernel (kernels/attention/paged.py) against the XLA paged path (pages gathered by models/paged.read,
 models.attention.xla), its jnp reference and torch's, over page sizes, GQA ratios, rows of one token, rows ending
 mid-page and on a page's last slot, several pages per block and split rows. The engine with it and with command
 buffers: tests/test_engine.py.
 
-The flash kernel (kernels/flash_attention.py) on the shared-prefix update's completions (causal mask offset by the
+The flash kernel (kernels/attention/flash.py) on the shared-prefix update's completions (causal mask offset by the
 prompt, a left-padded prompt, right-padded completions, GQA): outputs and gradients in q, k, v against attention
 "xla" and torch's autograd, on real queries; as attention "pallas", per shard under a mesh.
 
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 
-from spatial_jax.kernels import flash_attention as fa
-from spatial_jax.kernels import paged_attention as pa
-from spatial_jax.kernels import torch_reference
+from spatial_jax.kernels.attention import flash as fa
+from spatial_jax.kernels.attention import paged as pa
+from spatial_jax.kernels.attention import reference_torch as torch_reference
 from spatial_jax.models import paged
 from spatial_jax.models.attention import AttentionMask, attention, xla
 from spatial_jax.models.sharding import make_mesh

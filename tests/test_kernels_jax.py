@@ -13,15 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from spatial_jax.kernels import (
-    IMPLS,
-    coordinate_uncertainty,
-    linear_logprob_entropy,
-    position_entropy,
-    resolve_impl,
-    torch_reference,
-    xla,
-)
+from spatial_jax.kernels import IMPLS, coordinate_uncertainty, linear_logprob_entropy, position_entropy, resolve_impl
+from spatial_jax.kernels.logprob_entropy import reference_torch as torch_reference
+from spatial_jax.kernels.logprob_entropy import xla
+from spatial_jax.kernels.position import reference_torch as position_reference
 
 TOL = {jnp.float32: 1e-4, jnp.bfloat16: 2e-2}
 
@@ -37,7 +32,7 @@ def make_case(n, d, v, *, h_std=1.0, w_std=1.0, seed=0, dtype=jnp.float32):
 
 
 def torch_expected(h, w, targets, g_lp, g_h, temperature):
-    """float64 (lp, H, d/dh, d/dw) of sum(g_lp * lp + g_h * H) from spatial_jax/kernels/torch_reference.py."""
+    """float64 (lp, H, d/dh, d/dw) of sum(g_lp * lp + g_h * H) from kernels/logprob_entropy/reference_torch.py."""
     ht = torch.tensor(np.asarray(h.astype(jnp.float32)), dtype=torch.float64, requires_grad=True)
     wt = torch.tensor(np.asarray(w.astype(jnp.float32)), dtype=torch.float64, requires_grad=True)
     lp, ent = torch_reference.logprob_entropy(ht, wt, torch.tensor(np.asarray(targets)), temperature)
@@ -156,7 +151,7 @@ def test_token_chunks_are_balanced():
 def test_position_entropy_matches_reference():
     h, w, _, _, _ = make_case(20, 16, 700, h_std=10.0, w_std=0.05, seed=3)
     positions = jnp.asarray([0, 19, 7, 7, 3], jnp.int32)
-    want = torch_reference.position_entropy(
+    want = position_reference.position_entropy(
         torch.tensor(np.asarray(h), dtype=torch.float64),
         torch.tensor(np.asarray(w), dtype=torch.float64),
         torch.tensor(np.asarray(positions)),
@@ -186,7 +181,7 @@ def test_coordinate_uncertainty_matches_eq5():
                      [[1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 1, 1]]], bool)  # box 1 lacks coordinate 2: no H
     positions[0, 0, 2] = 99  # out of range but masked: ignored
     got_h, got_has = coordinate_uncertainty(h3, w, jnp.asarray(positions), jnp.asarray(mask), impl="xla")
-    ent = torch_reference.position_entropy(
+    ent = position_reference.position_entropy(
         torch.tensor(np.asarray(h), dtype=torch.float64),
         torch.tensor(np.asarray(w), dtype=torch.float64),
         torch.tensor(np.clip(positions, 0, 11) + 12 * np.arange(2)[:, None, None]).reshape(-1),

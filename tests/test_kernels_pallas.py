@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import pytest
 from test_kernels_jax import TOL, assert_parity, jax_outputs, make_case, torch_expected
 
-from spatial_jax.kernels import linear_logprob_entropy, pallas
+from spatial_jax.kernels import linear_logprob_entropy
+from spatial_jax.kernels.logprob_entropy import pallas
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_kernels_jax import TOL, assert_parity, make_case, torch_expected
 
-from spatial_jax.kernels import pallas, resolve_impl
+from spatial_jax.kernels import resolve_impl
+from spatial_jax.kernels.logprob_entropy import pallas
 from spatial_jax.models.sharding import make_mesh
 
 

@@ -13,8 +13,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
-from spatial_jax.kernels.torch_reference import logprob_entropy
-from spatial_jax.kernels.triton_entropy import linear_logprob_entropy_triton
+from spatial_jax.kernels.logprob_entropy.reference_torch import logprob_entropy
+from spatial_jax.kernels.logprob_entropy.triton_kernel import linear_logprob_entropy_triton
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 SMALL_BLOCKS = dict(block_n=16, block_v=64, block_d=16)
@@ -204,7 +204,7 @@ _SM90_COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
-import spatial_jax.kernels.triton_entropy as te
+import spatial_jax.kernels.logprob_entropy.triton_kernel as te
 blocks = {"BLOCK_N": 64, "BLOCK_V": 128, "BLOCK_D": 64, "UPCAST": False}
 ptrs = {"h_ptr": "*bf16", "w_ptr": "*bf16", "dz_ptr": "*bf16", "tgt_ptr": "*i64", "inv_temp": "fp32"}
 for fn in (te._fwd_kernel, te._dlogits_kernel):

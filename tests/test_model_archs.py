@@ -347,7 +347,7 @@ def test_expert_parallel_layer_equals_one_device():
     for a, b in zip(*leaves):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=TOL, atol=TOL)
 
-    # The experts through megablox (kernels/grouped_matmul.py, Pallas interpreter) in the same shard_map, in 8-row
+    # The experts through megablox (kernels/grouped_matmul/, Pallas interpreter) in the same shard_map, in 8-row
     # tiles that the groups straddle, the buffers' padding rows past the groups: ragged_dot's outputs and gradients
     # on one device. A batch the token axes do not divide runs every expert on each chip, in shard_map all the same.
     mb = SparseMoE(cfg.replace(moe_matmul="megablox"), rngs=nnx.Rngs(0))

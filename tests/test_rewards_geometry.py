@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from spatial_jax.kernels.uncertainty import LN10, box_uncertainty_from_digits
+from spatial_jax.kernels.position.uncertainty import LN10, box_uncertainty_from_digits
 from spatial_jax.rewards.geometry import ciou, iou, pairwise_ciou, pairwise_iou, valid_box
 from spatial_jax.rewards.matching import max_weight_matching, min_cost_matching
 from spatial_jax.rewards.text import label_similarity, normalise_label, words

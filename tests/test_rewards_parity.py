@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from spatial_jax.kernels.uncertainty import box_uncertainty_from_digits
+from spatial_jax.kernels.position.uncertainty import box_uncertainty_from_digits
 from spatial_jax.reference import advantages_torch, geometry_torch, prosr_torch, spatialcore_torch
 from spatial_jax.rewards import geometry
 from spatial_jax.rewards._host import host_float64

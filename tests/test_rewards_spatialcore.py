@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from spatial_jax.config import ConfigError, apply_overrides
-from spatial_jax.kernels.uncertainty import LN10
+from spatial_jax.kernels.position.uncertainty import LN10
 from spatial_jax.methods import get_method
 from spatial_jax.records import GTBox, Rollout, TokenTrace
 from spatial_jax.rewards.advantages import advantages_by_group

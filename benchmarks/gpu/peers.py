@@ -7,8 +7,8 @@ Every adapter has one signature,
 differentiable in h and w. w is this project's layout; the peers take the head as nn.Linear stores it, [V, D], and
 get w.t(): no copy when w is itself the transposed view of such a head, which is how the benchmark builds it.
 
-  spatial-jax        spatial_jax/kernels/triton_entropy.py: log p and entropy; with entropy=False ("spatial-jax,
-                     log p only") log p alone, timed beside the cross-entropy-only peers.
+  spatial-jax        spatial_jax/kernels/logprob_entropy/triton_kernel.py: log p and entropy; with
+                     entropy=False ("spatial-jax, log p only") log p alone, timed beside the cross-entropy-only peers.
   spatial-jax JAX    spatial_jax.kernels (impl="xla": chunked online log-sum-exp, custom VJP) under jax.jit on the
                      same device, given the torch tensors through DLPack (no copy; w as a contiguous [D, V] array);
                      forward + backward is one program, jax.grad of g_lp . lp + g_H . H. Its memory is XLA's
@@ -30,10 +30,10 @@ verl/utils/device.py and verl/plugin/platform (torch and packaging alone) run. v
 from its wheel in .whl/parity-only/ (benchmarks/gpu/fetch_peer_wheels.sh) and imported under another package name,
 beside the current verl, whose device helpers serve both.
 
-Parity (parity_case): every adapter against the float64 reference (spatial_jax/kernels/torch_reference.py) on the
-same bf16 inputs, forward and backward; log p and entropy by max abs error over rows, dh and dw by ||g - ref|| /
-||ref||, with the reference's gradient of the same objective (g_lp . log p, plus g_H . H for the kernels that
-return entropy).
+Parity (parity_case): every adapter against the float64 reference
+(spatial_jax/kernels/logprob_entropy/reference_torch.py) on the same bf16 inputs, forward and backward; log p and
+entropy by max abs error over rows, dh and dw by ||g - ref|| / ||ref||, with the reference's gradient of the same
+objective (g_lp . log p, plus g_H . H for the kernels that return entropy).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from pathlib import Path
 
 import torch
 
-from spatial_jax.kernels.torch_reference import logprob_entropy
-from spatial_jax.kernels.triton_entropy import linear_logprob_entropy_triton
+from spatial_jax.kernels.logprob_entropy.reference_torch import logprob_entropy
+from spatial_jax.kernels.logprob_entropy.triton_kernel import linear_logprob_entropy_triton
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_VERL_WHEEL = ROOT / ".whl" / "parity-only" / "verl-0.7.0-py3-none-any.whl"

@@ -85,8 +85,8 @@ import peers  # noqa: E402  (benchmarks/gpu/peers.py, beside this script)
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from spatial_jax.kernels.torch_reference import logprob_entropy  # noqa: E402
-from spatial_jax.kernels.triton_entropy import linear_logprob_entropy_triton  # noqa: E402
+from spatial_jax.kernels.logprob_entropy.reference_torch import logprob_entropy  # noqa: E402
+from spatial_jax.kernels.logprob_entropy.triton_kernel import linear_logprob_entropy_triton  # noqa: E402
 
 
 def _naive(h, w, targets, temperature=1.0):

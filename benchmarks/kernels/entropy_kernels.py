@@ -2,7 +2,7 @@
 
 For each (N, V) at hidden size D, in one process on the default JAX backend, it measures
   naive  : float32 logits [N, V], log_softmax, gather, entropy; autodiff backward
-  xla    : spatial_jax.kernels.xla (chunked online log-sum-exp, custom VJP recomputing tiles)
+  xla    : spatial_jax.kernels.logprob_entropy.xla (chunked online log-sum-exp, custom VJP recomputing tiles)
   floor  : forward = the bare matmul h @ w; forward+backward = three matmuls of the same shapes
            (h @ w, then [N, V] @ w^T and h^T @ [N, V]) - what any exact method pays
 in two modes: "fwd" (log-probs and entropies) and "fwd_bwd" (plus d/dh and d/dw of sum(g_lp lp + g_H H)).
@@ -35,7 +35,9 @@ import numpy as np
 
 from spatial_jax.cli.script_guard import check_counts, check_own_output, write_own
 from spatial_jax.config import ConfigError
-from spatial_jax.kernels import naive, position_entropy, xla
+from spatial_jax.kernels import position_entropy
+from spatial_jax.kernels.logprob_entropy import reference as naive
+from spatial_jax.kernels.logprob_entropy import xla
 
 OUT = Path(__file__).resolve().parents[1] / "out" / "entropy_kernels.json"
 OWNER = Path(__file__).name

@@ -28,7 +28,7 @@ from jax.experimental import topologies
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spatial_jax.kernels import pallas
+from spatial_jax.kernels.logprob_entropy import pallas
 
 TOPOLOGIES = ("v5p:2x2x1", "v6e:2x2")
 DTYPES = ("float32", "bfloat16")

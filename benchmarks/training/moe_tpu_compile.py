@@ -6,7 +6,7 @@ the experts:
   xla         the same layer with expert parallelism switched off: for ragged_dot XLA's partitioner is left to place
               the grouped matmul over expert-sharded weights (what models.moe did before); megablox, which XLA
               cannot partition, then runs every expert on each chip's tokens in shard_map (weights gathered)
-times two grouped matmuls for the experts (ModelConfig.moe_matmul, kernels/grouped_matmul.py):
+times two grouped matmuls for the experts (ModelConfig.moe_matmul, kernels/grouped_matmul/):
   ragged_dot  XLA's jax.lax.ragged_dot (which XLA:TPU lowers to its own Mosaic kernels, ragged-dot-*)
   megablox    jax's Pallas TPU grouped matmul (gmm forward; gmm and tgmm backward), default tiles
 For each, the forward (`fwd`) and the gradient of sum(y * g) in the input and the weights (`fwd_bwd`): collective

@@ -5,7 +5,7 @@ hidden states and the LM head without holding [N, V]; position_entropy and coord
 chosen positions only and the box uncertainty of eq. 5 (SpatialCORE).
 """
 
-from .fused import IMPLS, linear_logprob_entropy, resolve_impl
+from .logprob_entropy import IMPLS, linear_logprob_entropy, resolve_impl
 from .position import coordinate_uncertainty, position_entropy
 
 __all__ = ["IMPLS", "coordinate_uncertainty", "linear_logprob_entropy", "position_entropy", "resolve_impl"]

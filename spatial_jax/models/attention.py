@@ -6,7 +6,7 @@
             segments as segment ids, run per shard under shard_map (Mosaic kernels cannot be partitioned
             automatically); off TPU it runs in the Pallas interpreter (tests).
     cudnn   cuDNN flash attention through jax.nn.dot_product_attention(implementation="cudnn") (CUDA, bf16/fp16).
-    pallas  this project's flash kernel (kernels/flash_attention.py, Pallas with Triton lowering): segment ids and a
+    pallas  this project's flash kernel (kernels/attention/flash.py, Pallas with Triton lowering): segment ids and a
             causal mask offset by `causal_offset` (the shared-prefix update's completions, which cuDNN cannot
             express); run per shard under shard_map; off GPU in the Pallas interpreter (tests).
     auto    splash on TPU, cudnn on GPU for 16-bit inputs, xla otherwise.
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from spatial_jax.kernels.fused import active_platform
+from spatial_jax.kernels.platform import active_platform
 
 IMPLS = ("auto", "xla", "splash", "cudnn", "pallas")
 
@@ -276,7 +276,7 @@ def splash(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None
 def pallas(q, k, v, mask: AttentionMask, *, scale: float, interpret: bool | None = None) -> jax.Array:
     """The Pallas flash kernel for a structured mask, under a mesh of more than one device per shard in shard_map
     (batch over the data axes, heads over `tensor`), as splash runs."""
-    from spatial_jax.kernels.flash_attention import flash_attention
+    from spatial_jax.kernels.attention.flash import flash_attention
 
     B, H, Hkv = q.shape[0], q.shape[2], k.shape[2]
     if interpret is None:

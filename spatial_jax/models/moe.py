@@ -3,7 +3,7 @@ outputs are summed with the renormalised top-k probabilities as weights (HF Qwen
 
 Every token reaches all of its k experts (no capacity, nothing dropped): the N * k (token, expert) pairs are sorted
 by expert and each expert's contiguous run goes through its weights in one grouped matmul, so the work is N * k rows,
-not N * E. Which grouped matmul is ModelConfig.moe_matmul (kernels/grouped_matmul.py): XLA's `jax.lax.ragged_dot`
+not N * E. Which grouped matmul is ModelConfig.moe_matmul (kernels/grouped_matmul/): XLA's `jax.lax.ragged_dot`
 or jax's Pallas TPU kernel megablox, which XLA cannot partition, so under a mesh of several devices the layer runs in
 shard_map on every path (all experts on each chip's tokens where expert parallelism does not apply). `dense_moe` is
 the same layer as a loop over every expert on every token, the benchmark's baseline (benchmarks/training/moe.py).

@@ -3,7 +3,7 @@ its own pages through a page table, so a row holds only the pages its tokens nee
 
 Pools are laid out [n_kv, pages, page_size, head_dim], the layout of jax's TPU paged-attention Pallas kernel: a
 one-token decode step on TPU (attention "auto" or "splash") runs that kernel over the rows' pages; with the cache's
-`kernel` "pallas" a one-token step runs this project's GPU kernel (kernels/paged_attention.py: pages read in place
+`kernel` "pallas" a one-token step runs this project's GPU kernel (kernels/attention/paged.py: pages read in place
 through the page table; the Pallas interpreter off GPU); everything else (prefill, other backends) scatters into the
 pools and gathers the rows' pages for the XLA attention path.
 
@@ -20,15 +20,15 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from spatial_jax.kernels.fused import active_platform
-from spatial_jax.kernels.paged_attention import paged_decode_attention
+from spatial_jax.kernels.attention.paged import paged_decode_attention
+from spatial_jax.kernels.platform import active_platform
 from spatial_jax.models.attention import AttentionMask, mesh_specs, resolve_impl
 from spatial_jax.models.config import ModelConfig
 from spatial_jax.models.sharding import constrain
 
 SCRATCH_PAGE = 0
 # Decode kernels a cache may ask for: "auto" (the TPU's where attention resolves to splash, else the XLA path) or
-# "pallas" (kernels/paged_attention.py)
+# "pallas" (kernels/attention/paged.py)
 DECODE_KERNELS = ("auto", "pallas")
 
 

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from spatial_jax.config import check_at_least, check_non_negative, check_positive, check_range, require
-from spatial_jax.kernels.uncertainty import box_uncertainty_from_digits
+from spatial_jax.kernels.position.uncertainty import box_uncertainty_from_digits
 from spatial_jax.records import Rollout
 from spatial_jax.rewards._host import bucket, host_float64
 from spatial_jax.rewards.advantages import AdvantageConfig

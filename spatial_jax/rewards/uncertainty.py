@@ -1,7 +1,7 @@
 """Box coordinate-token uncertainty (eq. 5, SpatialCORE): token positions of each coordinate's digits and H in [0, 1].
 
 Host side: digit character spans -> token positions (SPEC 7) -> padded [B, 4, K] entropy/mask arrays.
-Device side: `spatial_jax.kernels.uncertainty.box_uncertainty_from_digits` (eq. 5 itself, beside the kernels).
+Device side: `spatial_jax.kernels.position.uncertainty.box_uncertainty_from_digits` (eq. 5 itself, beside the kernels).
 
 How every scorer reads a token trace (records.py refuses other traces in JSON; a Rollout built directly may hold
 anything): a token counts only when its offsets lie in the completion, 0 <= start < end <= len(completion), and its

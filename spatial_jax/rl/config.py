@@ -48,7 +48,7 @@ class PolicyConfig:
       otherwise; "xla", "splash", "cudnn" force one; "pallas": the Pallas flash kernel, whose causal mask can be
       offset for rl.shared_prefix on a GPU; models/attention.py); results equal up to float rounding.
     moe_matmul: the grouped matmul of a mixture-of-experts model's experts ("ragged_dot": XLA's, on every backend;
-      "megablox": jax's Pallas TPU kernel, off TPU in the slow Pallas interpreter; kernels/grouped_matmul.py); results
+      "megablox": jax's Pallas TPU kernel, off TPU in the slow Pallas interpreter; kernels/grouped_matmul/); results
       equal up to float rounding. The default is ragged_dot as it runs everywhere; no TPU has timed the two here.
     min_pixels / max_pixels: the image processor's pixel budget (0 = Qwen3-VL's defaults; the tiny default keeps the
       synthetic 96 px scenes at 84 px, 9 image tokens).

@@ -24,7 +24,7 @@ class SamplingConfig:
     one fixed-shape loop). Both draw the same tokens for the same seed and row ids.
 
     Speed knobs of the paged engine (same tokens to float rounding): `decode_kernel` "pallas" attends a decode step
-    with the GPU paged-attention kernel (kernels/paged_attention.py, pages read in place; the Pallas interpreter off
+    with the GPU paged-attention kernel (kernels/attention/paged.py, pages read in place; the Pallas interpreter off
     GPU), "auto" as the model's attention decides (the TPU kernel or the XLA path); `command_buffers` compiles the
     decode chunk with XLA's command buffers over its whole loop (CUDA graphs; no effect off GPU).
     """

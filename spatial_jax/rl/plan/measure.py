@@ -13,7 +13,7 @@ from typing import Any
 import jax
 
 from spatial_jax import compile_cache
-from spatial_jax.kernels import pallas as pallas_kernels
+from spatial_jax.kernels.logprob_entropy import pallas as pallas_kernels
 from spatial_jax.rl.plan.targets import GiB
 
 

@@ -26,6 +26,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from spatial_jax.kernels.platform import active_platform
+
 MASK_VALUE = -1e30  # finite "minus infinity", as models.attention.MASK_VALUE
 MIN_DOT = 16  # Triton's dot wants every dimension of a block at least this large
 
@@ -230,7 +232,7 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_segment_ids: jax
         raise ValueError(f"block_q ({block_q}) and block_k ({block_k}) must be powers of two, num_warps and "
                          f"num_stages >= 1")
     if interpret is None:
-        interpret = jax.default_backend() != "gpu"
+        interpret = active_platform() != "gpu"
     if not interpret and (not _pow2(D) or min(D, block_q, block_k) < MIN_DOT):
         raise ValueError(f"on a GPU head_dim ({D}) must be a power of two and it, block_q and block_k at least "
                          f"{MIN_DOT}")

@@ -23,6 +23,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from spatial_jax.kernels.platform import active_platform
+
 # Finite "minus infinity" for masked scores (as models.attention.MASK_VALUE): exp(MASK - max) is exactly 0.
 MASK_VALUE = -1e30
 # Triton's dot wants every dimension of a block at least this large
@@ -137,7 +139,7 @@ def paged_decode_attention(q: jax.Array, pool_k: jax.Array, pool_v: jax.Array, p
     if not scale > 0 or scale == float("inf"):
         raise ValueError(f"scale must be a positive finite number, got {scale}")
     if interpret is None:
-        interpret = jax.default_backend() != "gpu"
+        interpret = active_platform() != "gpu"
     if splits is None:  # the interpreter runs programs one by one: splitting buys nothing there
         blocks = -(-page_table.shape[1] // max(1, pages_per_block))
         splits = 1 if interpret else max(1, min(blocks, -(-TARGET_PROGRAMS // (B * Hkv))))

@@ -1,30 +1,9 @@
-"""Torch reference for the fused kernels: materialised float64 logits, autograd for gradients (parity only)."""
+"""Torch reference for the attention kernels: float64 masked softmax attention, paged decode through its page table,
+attention by segment ids with an offset causal mask (parity only)."""
 
 from __future__ import annotations
 
 import torch
-
-
-def logprob_entropy(
-    h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """h [N, D], w [D, V], targets [N] -> (log p(target) [N], entropy [N]) of softmax(h @ w / temperature).
-
-    Computed in float64 on whatever device the inputs live; gradients flow to h and w through autograd.
-    """
-    z = (h.double() @ w.double()) / temperature
-    logp = torch.log_softmax(z, dim=-1)
-    lp = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
-    ent = -(logp.exp() * logp).sum(-1)
-    return lp, ent
-
-
-def position_entropy(h: torch.Tensor, w: torch.Tensor, positions: torch.Tensor,
-                     temperature: float = 1.0) -> torch.Tensor:
-    """Entropy of the next-token distribution at rows `positions` of h only, float64."""
-    z = (h[positions.long()].double() @ w.double()) / temperature
-    logp = torch.log_softmax(z, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
 
 
 def _masked_softmax_attention(q, k, v, visible, scale):
@@ -40,7 +19,7 @@ def _masked_softmax_attention(q, k, v, visible, scale):
 def paged_decode_attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, page_table: torch.Tensor,
                            lengths: torch.Tensor, scale: float) -> torch.Tensor:
     """One query per row q [B, H, D] over its first max(lengths[b], 1) positions, read from pools
-    [Hkv, pages, page_size, D] through page_table [B, W]: [B, H, D] float64 (kernels/paged_attention.py)."""
+    [Hkv, pages, page_size, D] through page_table [B, W]: [B, H, D] float64 (attention/paged.py)."""
     Hkv, _, page_size, D = pool_k.shape
     B, W = page_table.shape
     gather = lambda pool: pool[:, page_table.long()].reshape(Hkv, B, W * page_size, D).permute(1, 2, 0, 3)
@@ -52,7 +31,7 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_segme
                       kv_segment_ids: torch.Tensor, scale: float, causal: bool = False,
                       causal_offset: int = 0) -> torch.Tensor:
     """Attention with segment ids (0 = padding) and a causal mask offset by causal_offset (query i sees keys up to
-    i + causal_offset): [B, T, H, D] float64, gradients through autograd (kernels/flash_attention.py)."""
+    i + causal_offset): [B, T, H, D] float64, gradients through autograd (attention/flash.py)."""
     T, S = q.shape[1], k.shape[1]
     visible = (q_segment_ids[:, :, None] == kv_segment_ids[:, None, :]) & (kv_segment_ids[:, None, :] != 0)
     if causal:

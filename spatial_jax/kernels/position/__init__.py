@@ -10,7 +10,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from . import fused, naive
+from spatial_jax.kernels import logprob_entropy
+from spatial_jax.kernels.logprob_entropy import reference
+
 from .uncertainty import box_uncertainty_from_digits
 
 
@@ -52,11 +54,11 @@ def position_entropy(
     """
     flat, idx, ok = _flat_rows(h, positions)
     rows = flat[idx.reshape(-1)]
-    if fused.resolve_impl(impl) == "naive":
-        ent = naive.entropy(rows, w, temperature=temperature)
+    if logprob_entropy.resolve_impl(impl) == "naive":
+        ent = reference.entropy(rows, w, temperature=temperature)
     else:
         dummy = jnp.zeros((rows.shape[0],), jnp.int32)
-        _, ent = fused.linear_logprob_entropy(
+        _, ent = logprob_entropy.linear_logprob_entropy(
             rows, w, dummy, impl=impl, temperature=temperature, block_n=block_n, block_v=block_v
         )
     return jnp.where(ok, ent.reshape(positions.shape), jnp.nan)

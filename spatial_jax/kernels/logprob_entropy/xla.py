@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from spatial_jax.kernels.platform import active_platform
+
 from . import common
 
 DEFAULT_BLOCK_N = 1024
@@ -27,8 +29,8 @@ _BACKEND_BLOCKS = {"gpu": (8192, 4096), "cuda": (8192, 4096), "rocm": (8192, 409
 
 
 def default_blocks(backend: str | None = None) -> tuple[int, int]:
-    """(block_n, block_v) for a backend name (default: JAX's default backend)."""
-    return _BACKEND_BLOCKS.get(backend or jax.default_backend(), (DEFAULT_BLOCK_N, DEFAULT_BLOCK_V))
+    """(block_n, block_v) for a backend name (default: the platform programs are compiled for, kernels/platform.py)."""
+    return _BACKEND_BLOCKS.get(backend or active_platform(), (DEFAULT_BLOCK_N, DEFAULT_BLOCK_V))
 
 _HIGHEST = lax.Precision.HIGHEST
 

@@ -1,20 +1,17 @@
-"""One entry point for the fused log-prob / entropy kernels, choosing the implementation per backend."""
+"""Fused log-prob / entropy from hidden states and the LM head without [tokens x vocab] logits: one entry point
+choosing the implementation per backend (xla.py, chunked pure JAX; pallas.py, TPU; triton_kernel.py, NVIDIA GPUs),
+their shared math (common.py), and beside them the references they are held to (reference.py, materialised logits in
+JAX; reference_torch.py, float64 torch)."""
 
 from __future__ import annotations
 
 import jax
 
-from . import naive, pallas, xla
+from spatial_jax.kernels.platform import active_platform
+
+from . import pallas, reference, xla
 
 IMPLS = ("auto", "naive", "xla", "pallas")
-
-
-def active_platform() -> str:
-    """The platform of the devices the program is compiled for: the active mesh's (jax.set_mesh), else the default
-    backend's. A TPU slice described from a CPU host (`spatial-jax plan`) is then "tpu", not the host's "cpu"."""
-    mesh = jax.sharding.get_abstract_mesh()
-    device = None if mesh is None or mesh.empty else mesh.abstract_device
-    return device.platform if device is not None else jax.default_backend()
 
 
 def resolve_impl(impl: str, platform: str | None = None) -> str:
@@ -46,7 +43,7 @@ def linear_logprob_entropy(
     """
     impl = resolve_impl(impl)
     if impl == "naive":
-        return naive.linear_logprob_entropy(h, w, targets, temperature=temperature)
+        return reference.linear_logprob_entropy(h, w, targets, temperature=temperature)
     blocks = {k: v for k, v in (("block_n", block_n), ("block_v", block_v)) if v is not None}
     if impl == "xla":
         if block_d is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .fused import active_platform
+from spatial_jax.kernels.platform import active_platform
 
 IMPLS = ("ragged_dot", "megablox")
 # megablox's own default tiles; no TPU here to tune them (the compile of one Qwen3-VL-30B-A3B layer with them is in
