@@ -243,6 +243,17 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested settings dict as dotted key -> value (`{"rl": {"steps": 2}}` -> `{"rl.steps": 2}`)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     """`["a.b=1", "c=x"]` -> {"a": {"b": "1"}, "c": "x"}; values stay strings and are typed by the dataclass."""
     out: dict[str, Any] = {}

@@ -42,6 +42,7 @@ def _refused(driver, argv, capsys, needle):
 def test_results_naming_the_config_or_a_non_markdown_file_is_refused_and_kept(tmp_path, no_runs, capsys):
     config = tmp_path / "st.toml"
     shutil.copy(ROOT / paper_spatialthinker.CONFIG, config)
+    shutil.copy(ROOT / "configs" / "tiny_cpu.toml", tmp_path)  # the base it names, beside it
     before = config.read_bytes()
     out = ["--out", str(tmp_path / "out"), "--seeds", "0"]
     _refused(papers, ["--paper", "spatialthinker", "--config", str(config), "--results", str(config), *out], capsys,

@@ -10,10 +10,10 @@ import pytest
 from test_bench_loaders import COPIES, write_copy
 from test_bench_scoring import load_fixture
 
-from spatial_jax.benchmarks import LAYOUTS, LOADERS, SCORERS, BenchmarkError, load, score_responses, scorer, to_sample
 from spatial_jax.cli import main
 from spatial_jax.data.prompts import THINK_BOXES, user_text
 from spatial_jax.methods import get_method
+from spatial_jax.suites import LAYOUTS, LOADERS, SCORERS, BenchmarkError, load, score_responses, scorer, to_sample
 
 # Each method's completion around a final answer; the reasoning names another option ("A", "1") to show that it is
 # not what is read. `None` is a completion that gives no final answer.

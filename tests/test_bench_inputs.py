@@ -9,9 +9,9 @@ import json
 import pytest
 from test_bench_loaders import COPIES, write_copy
 
-from spatial_jax.benchmarks import BenchmarkError, load
-from spatial_jax.benchmarks.runner import read_predictions
 from spatial_jax.cli import main
+from spatial_jax.suites import BenchmarkError, load
+from spatial_jax.suites.runner import read_predictions
 
 SEPARATORS = "left\u2028right\u2029up\x85down"  # raw in the text: none of them ends a JSONL line
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spatial_jax.benchmarks import BenchmarkError, load, to_sample
+from spatial_jax.suites import BenchmarkError, load, to_sample
 
 
 def png(color=(200, 30, 30), size=(32, 32)) -> bytes:

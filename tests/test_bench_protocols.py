@@ -10,9 +10,9 @@ import pytest
 from test_bench_loaders import write_copy
 from test_bench_scoring import CASES
 
-from spatial_jax.benchmarks.protocols import PROTOCOLS, get_protocol
 from spatial_jax.cli import main
 from spatial_jax.config import ConfigError
+from spatial_jax.suites.protocols import PROTOCOLS, get_protocol
 
 # The fixtures' hand-scored per-category results (tests/test_bench_scoring.py) combined by each paper's rule:
 # SpatialCORE weights categories by their official sizes: OmniSpatial Manipulation 74 x 1 + Motion_Analysis 346 x 0
@@ -64,9 +64,9 @@ def test_protocol_weighting_and_averaging(name, tmp_path, capsys):
 
 def test_category_size_weighting_equals_sample_weighting_on_a_full_copy():
     """On a copy with every category at its official size, SpatialCORE's weighting is the plain accuracy."""
-    from spatial_jax.benchmarks.protocols import benchmark_score
-    from spatial_jax.benchmarks.table import Cell, Table
     from spatial_jax.eval.grounding import SPATIALAB_SIZES
+    from spatial_jax.suites.protocols import benchmark_score
+    from spatial_jax.suites.table import Cell, Table
 
     acc = {k: (i + 1) / 10 for i, k in enumerate(SPATIALAB_SIZES)}
     cats = {k: Cell(acc[k], 0.01, n) for k, n in SPATIALAB_SIZES.items()}
@@ -132,7 +132,7 @@ def test_spatialcore_protocol_on_a_tiny_checkpoint_prints_the_table_and_resumes(
     # an interrupted run: one response lost from the cache is generated again, the rest read back
     lines = cached[0].read_text().splitlines()
     cached[0].write_text("\n".join(lines[:-1]) + "\n")
-    import spatial_jax.benchmarks.runner as runner
+    import spatial_jax.suites.runner as runner
 
     calls = []
     real = runner.collect
@@ -147,7 +147,7 @@ def test_an_allospatial_policy_decodes_as_its_paper_and_is_read_from_its_answer_
     """`--benchmark vsibench-tiny` on an AlloSpatial policy: temperature 1.0, up to 8 tool turns of 8,192 new tokens,
     7 frames (its paper's evaluation configuration), each answer read from the last <Answer> tag; a SpatialCORE policy
     on the same copy decodes greedily with the run's settings (its paper does not report VSI-Bench)."""
-    import spatial_jax.benchmarks.runner as runner
+    import spatial_jax.suites.runner as runner
 
     data = write_copy("vsibench-tiny", tmp_path / "vsi")
     seen = {}

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spatial_jax.benchmarks import BenchmarkError, load, to_sample
-from spatial_jax.benchmarks.to_cvbench import FILE, write
 from spatial_jax.cli import main
 from spatial_jax.cli.job_config import load_job
 from spatial_jax.data import prompts
 from spatial_jax.data.pipeline import open_source
 from spatial_jax.data.synthetic import SyntheticConfig, SyntheticSource
 from spatial_jax.methods import METHODS
+from spatial_jax.suites import BenchmarkError, load, to_sample
+from spatial_jax.suites.to_cvbench import FILE, write
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG, BASE = str(ROOT / "configs" / "tiny_cpu.toml"), str(ROOT / "checkpoints" / "tiny_base")

@@ -11,9 +11,9 @@ import json
 import pytest
 from test_bench_loaders import write_copy
 
-from spatial_jax.benchmarks import load, score_responses
-from spatial_jax.benchmarks.extract import mra
 from spatial_jax.cli import main
+from spatial_jax.suites import load, score_responses
+from spatial_jax.suites.extract import mra
 
 # benchmark -> (responses by record id, expected score per record in file order, expected overall, {row: value})
 CASES = {
@@ -126,7 +126,7 @@ def test_3dsrbench_authors_rows_per_question_lmms_eval_per_row():
 
 
 def test_3dsrbench_authors_drop_only_a_one_character_rotation_suffix():
-    from spatial_jax.benchmarks.srbench3d import group_key
+    from spatial_jax.suites.srbench3d import group_key
 
     # the authors' rule looks at the second-to-last character; lmms-eval's cuts at fixed widths
     assert group_key("AAAAAAAA-flip-3", "authors") == "AAAAAAAA-flip"
@@ -137,7 +137,7 @@ def test_3dsrbench_authors_drop_only_a_one_character_rotation_suffix():
 def test_3dsrbench_without_qids_scores_only_rows(tmp_path):
     from test_bench_loaders import SRBENCH, write_3dsrbench
 
-    from spatial_jax.benchmarks import BenchmarkError
+    from spatial_jax.suites import BenchmarkError
 
     records = load("3dsrbench", write_3dsrbench(tmp_path, [{k: v for k, v in r.items() if k != "qid"}
                                                            for r in SRBENCH]))
@@ -154,7 +154,7 @@ def test_omnispatial_direct_variant_and_missing_and_stray_ids(tmp_path):
     assert [r["score"] for r in direct.rows] == [1, 1, 1, 0]
     part = score_responses("omnispatial", records, {ids[1]: "Answer: B"})
     assert part.missing == [ids[0], ids[2], ids[3]] and part.table.overall.n == 1
-    from spatial_jax.benchmarks import BenchmarkError
+    from spatial_jax.suites import BenchmarkError
 
     with pytest.raises(BenchmarkError, match="no omnispatial record ids"):
         score_responses("omnispatial", records, {"9_9": "A"})
@@ -189,7 +189,7 @@ def load_fixture(name):
 
 
 def test_prediction_file_forms(tmp_path):
-    from spatial_jax.benchmarks.runner import read_predictions
+    from spatial_jax.suites.runner import read_predictions
 
     one = tmp_path / "one.jsonl"
     one.write_text('{"id": 3, "response": "B"}\n')  # one JSONL line is also a JSON object: still a row
@@ -199,14 +199,14 @@ def test_prediction_file_forms(tmp_path):
     assert read_predictions(mixed) == {"3": "B", "4": "C"}
     twice = tmp_path / "twice.jsonl"
     twice.write_text('{"id": 3, "response": "B"}\n{"3": "C"}\n')
-    from spatial_jax.benchmarks import BenchmarkError
+    from spatial_jax.suites import BenchmarkError
 
     with pytest.raises(BenchmarkError, match="given twice"):
         read_predictions(twice)
 
 
 def test_cvbench_cambrian_quirks_against_the_letter_rule():
-    from spatial_jax.benchmarks import cvbench
+    from spatial_jax.suites import cvbench
 
     records = {r.id: r for r in load_fixture("cvbench")}
     count, depth = records["0"], records["3"]  # ADE20K Count, gold (B) "2"; Omni3D Depth, gold (A) "lamp"

@@ -138,13 +138,13 @@ def test_media_paths_of_every_row_kind_resolve_from_the_output_folder(command, t
 
 def test_an_output_file_flag_naming_a_folder_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
     """Issue 36 item 24: found at the start, not once the benchmark is scored or the dataset corrupted."""
-    import spatial_jax.benchmarks
     import spatial_jax.data.corrupt
+    import spatial_jax.suites
 
     def no_work(*args, **kwargs):
         raise AssertionError("the work started")
 
-    monkeypatch.setattr(spatial_jax.benchmarks, "score_responses", no_work)
+    monkeypatch.setattr(spatial_jax.suites, "score_responses", no_work)
     monkeypatch.setattr(spatial_jax.data.corrupt, "corrupt", no_work)
     folder = tmp_path / "reports"
     folder.mkdir()

@@ -14,22 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from spatial_jax.config import MAX_BASES, ConfigError, config_files, load, load_toml, to_dict
+from spatial_jax.config import MAX_BASES, ConfigError, config_files, flatten, load, load_toml, to_dict
 from spatial_jax.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 PINNED = json.loads((Path(__file__).parent / "recipes_resolved.json").read_text())
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
 
 
 def test_every_recipe_is_pinned():
@@ -39,7 +29,7 @@ def test_every_recipe_is_pinned():
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_each_recipe_resolves_as_before_the_rewrite(name):
     got = json.loads(json.dumps(to_dict(load(TrainConfig, CONFIGS / name)), sort_keys=True))
-    want, have = _flat(PINNED[name]), _flat(got)
+    want, have = flatten(PINNED[name]), flatten(got)
     assert {k: (want.get(k), have.get(k)) for k in set(want) | set(have) if want.get(k) != have.get(k)} == {}
 
 
@@ -51,8 +41,8 @@ def test_recipes_state_only_their_differences():
         if "base" not in own:
             continue
         bases[path.name] = own.pop("base")
-        inherited = _flat(load_toml(path.parent / bases[path.name]))
-        same = {k: v for k, v in _flat(own).items() if k in inherited and inherited[k] == v}
+        inherited = flatten(load_toml(path.parent / bases[path.name]))
+        same = {k: v for k, v in flatten(own).items() if k in inherited and inherited[k] == v}
         assert same == {}, path.name
     assert bases == {
         "allospatial_4b.toml": "base/paper.toml", "allospatial_cpu.toml": "tiny_cpu.toml",

@@ -4,10 +4,10 @@ and a box whose uncertainty equals a quartile edge."""
 
 import pytest
 
-from spatial_jax.benchmarks.extract import choice_letter, mra
 from spatial_jax.eval.grounding import iou_by_uncertainty_quartile
 from spatial_jax.rewards import parse_harness
 from spatial_jax.rewards.allospatial import AlloSpatialConfig, tool_score
+from spatial_jax.suites.extract import choice_letter, mra
 
 
 def test_the_last_answer_tag_decides():

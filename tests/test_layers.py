@@ -22,7 +22,7 @@ LAYERS = {
     "reference": 2, "testing": 2, "methods": 2,
     "rollout": 3,
     "eval": 4,
-    "rl": 5, "benchmarks": 5,  # each published benchmark's loader, layout and scorer; their protocols and runner
+    "rl": 5, "suites": 5,  # the papers' evaluation suites: each benchmark's loader, layout, scorer; protocols, runner
     "cli": 6,
 }
 

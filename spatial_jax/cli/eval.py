@@ -24,7 +24,7 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from spatial_jax.benchmarks.layout import PROMPT_LAYOUTS
+    from spatial_jax.suites.layout import PROMPT_LAYOUTS
 
     p.add_argument("--config", default=None,
                    help="the run's TOML config (default: the README main job, configs/tiny_cpu.toml)")
@@ -119,9 +119,9 @@ def _plan(args):
     """(protocol or None, [(benchmark, copy folder, predictions file or None)]), refused before any work."""
     from pathlib import Path
 
-    from spatial_jax.benchmarks import LOADERS
-    from spatial_jax.benchmarks.protocols import get_protocol
     from spatial_jax.config import ConfigError
+    from spatial_jax.suites import LOADERS
+    from spatial_jax.suites.protocols import get_protocol
 
     if args.benchmark and args.protocol:
         raise ConfigError("pass either --benchmark or --protocol, not both")
@@ -155,7 +155,7 @@ def _plan(args):
 
 
 def _decoding(args, protocol, cfg):
-    from spatial_jax.benchmarks.runner import Decoding
+    from spatial_jax.suites.runner import Decoding
 
     def pick(flag, from_protocol, default):
         return flag if flag is not None else (from_protocol if from_protocol else default)
@@ -183,11 +183,11 @@ def run_benchmarks(args) -> int:
     """--benchmark / --protocol: the paper's table from the policy's responses or from --predictions."""
     from pathlib import Path
 
-    from spatial_jax.benchmarks import load, score_responses
-    from spatial_jax.benchmarks.protocols import summary
-    from spatial_jax.benchmarks.runner import read_predictions
     from spatial_jax.cli.job_config import job_files
     from spatial_jax.rl.report import write_json
+    from spatial_jax.suites import load, score_responses
+    from spatial_jax.suites.protocols import summary
+    from spatial_jax.suites.runner import read_predictions
 
     protocol, plan = _plan(args)
     title = protocol.name if protocol else plan[0][0]
@@ -230,7 +230,7 @@ def run_benchmarks(args) -> int:
 
 
 def _summary_markdown(protocol, combined) -> str:
-    from spatial_jax.benchmarks.table import columns
+    from spatial_jax.suites.table import columns
 
     rule = {"official": "each benchmark's official overall", "category_size": "accuracy weighted by the official "
             "category sizes", "task_mean": "unweighted mean over task types"}[protocol.rule]
@@ -245,13 +245,13 @@ def _generate(args, protocol, plan, records, title):
     import jax
 
     from spatial_jax import distributed
-    from spatial_jax.benchmarks.protocols import decoding_protocol
-    from spatial_jax.benchmarks.runner import ResponseCache, cache_dir, generate
     from spatial_jax.cli.job_config import job_files, load_job
     from spatial_jax.config import ConfigError
     from spatial_jax.rl.workspace import Workspace, has_checkpoint
     from spatial_jax.rollout.decode_copy import DecodeCopy
     from spatial_jax.rollout.hosts import HostShare
+    from spatial_jax.suites.protocols import decoding_protocol
+    from spatial_jax.suites.runner import ResponseCache, cache_dir, generate
 
     cfg = load_job(args.config, args.overrides)
     if not args.initial and not has_checkpoint(cfg.run_dir):

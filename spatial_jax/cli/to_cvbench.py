@@ -1,6 +1,6 @@
 """`spatial-jax to-cvbench`: a dataset's multiple-choice image questions (default: the config's data.eval, the
 synthetic world's held-out questions for the main job) written as a CV-Bench copy
-(spatial_jax/benchmarks/to_cvbench.py), for `spatial-jax eval --benchmark cvbench --layout method` to evaluate them
+(spatial_jax/suites/to_cvbench.py), for `spatial-jax eval --benchmark cvbench --layout method` to evaluate them
 as plain `spatial-jax eval` does.
 
 Exit status: 0 once written, 1 for a sample that has no CV-Bench record or an unwritable folder, 2 for a bad
@@ -13,7 +13,7 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from spatial_jax.benchmarks.to_cvbench import TWO_D
+    from spatial_jax.suites.to_cvbench import TWO_D
 
     p.add_argument("--config", default=None, help="the TOML config whose data.synthetic world a synthetic source draws "
                    "from (default: the README main job, configs/tiny_cpu.toml)")
@@ -25,11 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from spatial_jax.benchmarks.to_cvbench import write
     from spatial_jax.cli.job_config import job_files, load_job
     from spatial_jax.cli.outputs import check_folder, new_files, refuse_overwriting
     from spatial_jax.data.pipeline import open_source
     from spatial_jax.data.sources import refuse_writing_into_copies, spec_paths
+    from spatial_jax.suites.to_cvbench import write
 
     cfg = load_job(args.config, args.overrides)
     data = args.data or cfg.data.eval

@@ -112,7 +112,7 @@ class Sample:
     origin: where the row came from (`file:line` for a JSONL row), so errors met later (in the pipeline's workers)
     still name it.
     prompt_text: the question as a benchmark's protocol lays it out (its option labels and answer instruction,
-    spatial_jax/benchmarks/layout.py); when set, the user turn shows it in place of the question and lettered options.
+    spatial_jax/suites/layout.py); when set, the user turn shows it in place of the question and lettered options.
     """
 
     id: str

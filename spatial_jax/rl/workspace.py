@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from spatial_jax.config import ConfigError, from_dict, to_dict
+from spatial_jax.config import ConfigError, flatten, from_dict, to_dict
 from spatial_jax.data.processor_files import write_processor_configs
 from spatial_jax.data.sample import DatasetError
 from spatial_jax.data.sources import spec_digest
@@ -52,16 +52,6 @@ RESUMABLE_CHANGES = ("run_dir", "progress", "tensorboard", "export_hf", "eval", 
 WEIGHT_LAYOUT = ("lora", "train_vision", "scan_layers", "param_dtype")
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
-
-
 def trained_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """What the weights after `stage` depend on, as dotted key -> value, from a config dict (to_dict(TrainConfig) or
     one a checkpoint recorded): every setting but RESUMABLE_CHANGES; for the SFT stage none of rl.* and rewards.*,
@@ -75,7 +65,7 @@ def trained_settings(config: dict[str, Any], stage: str) -> dict[str, Any]:
             return False
         return not key.startswith("rewards.") or key.startswith(f"rewards.{config.get('method')}.")
 
-    return {key: value for key, value in _flatten(config).items() if counts(key)}
+    return {key: value for key, value in flatten(config).items() if counts(key)}
 
 
 def stage_data(cfg: TrainConfig, stage: str) -> tuple[str, str]:

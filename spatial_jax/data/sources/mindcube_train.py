@@ -1,6 +1,6 @@
 """MindCube's training split (HF MLL-Lab/MindCube, `data.zip`, which the authors' download script fetches from
 Inevitablevalor/MindCube; code mll-lab-nu/MindCube), read as the benchmark loader reads its test file
-(spatial_jax/benchmarks/mindcube.py, after the authors' data layout): JSON lines {id, question (options inline,
+(spatial_jax/suites/mindcube.py, after the authors' data layout): JSON lines {id, question (options inline,
 `A. ... B. ...`), gt_answer (letter), images (paths relative to the data folder, under `other_all_image/`)}. The
 training file is `raw/MindCube_train.jsonl` in the data folder (the authors' README feeds it to their
 scripts/data_processing.py); images resolve against the data folder, the `./data/` their src/inference/base.py

@@ -1,5 +1,5 @@
 """OmniSpatial's training split (HF qizekun/OmniSpatial, `OmniSpatial-train.zip`), zipped or unzipped. Read as the
-authors' vlms_eval/qwenvl_eval.py reads the test split (spatial_jax/benchmarks/omnispatial.py): `data.json`, a list of
+authors' vlms_eval/qwenvl_eval.py reads the test split (spatial_jax/suites/omnispatial.py): `data.json`, a list of
 {id, question, options (list), answer (option index), task_type, sub_task_type}, and the image of id `N_k` at
 `<task_type>/N.png`. That the training zip holds the same layout under one top folder (`OmniSpatial-train/`, the
 folder third-party loaders of the zip open) is inferred: the card describes the files, not the zip's inside. A record

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.benchmarks.extract import choice_letter
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_json_list
-from spatial_jax.benchmarks.table import Cell, Table, by_category
 from spatial_jax.data.sample import LETTERS
+from spatial_jax.suites.extract import choice_letter
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchRecord, Where, embedded_image, find_file, read_json_list
+from spatial_jax.suites.table import Cell, Table, by_category
 
 NAME = "embspatial"
 LAYOUT = Layout(choice="Answer with the letter of the correct option only.")

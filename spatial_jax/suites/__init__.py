@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from spatial_jax.benchmarks import (
+from spatial_jax.suites import (
     cvbench,
     embspatial,
     mindcube,
@@ -30,10 +30,10 @@ from spatial_jax.benchmarks import (
     viewspatial,
     vsibench,
 )
-from spatial_jax.benchmarks.convert import to_sample
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchmarkError, BenchRecord, Loader
-from spatial_jax.benchmarks.table import Table
+from spatial_jax.suites.convert import to_sample
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchmarkError, BenchRecord, Loader
+from spatial_jax.suites.table import Table
 
 LOADERS: dict[str, Loader] = {
     "omnispatial": omnispatial.load,

@@ -33,9 +33,9 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchmarkError, BenchRecord, Where, embedded_image, find_file, read_tsv
-from spatial_jax.benchmarks.table import Cell, Table, by_category
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchmarkError, BenchRecord, Where, embedded_image, find_file, read_tsv
+from spatial_jax.suites.table import Cell, Table, by_category
 
 NAME = "3dsrbench"
 # subtype -> main category, as the authors' result script groups them

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchRecord, Where, find_file, local_file, options_from_lines, read_json_list
-from spatial_jax.benchmarks.table import Cell, Table, by_category
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchRecord, Where, find_file, local_file, options_from_lines, read_json_list
+from spatial_jax.suites.table import Cell, Table, by_category
 
 NAME = "viewspatial"
 LAYOUT = Layout(choice="Answer with the letter of the correct option only.")

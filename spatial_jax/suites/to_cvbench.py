@@ -1,5 +1,5 @@
 """A dataset's multiple-choice image questions written as a CV-Bench copy: the card's `test_2d.jsonl` beside an
-`img/` folder, the layout spatial_jax/benchmarks/cvbench.py reads. `spatial-jax eval --benchmark cvbench` then evaluates
+`img/` folder, the layout spatial_jax/suites/cvbench.py reads. `spatial-jax eval --benchmark cvbench` then evaluates
 the questions `spatial-jax eval` evaluates as a dataset (the synthetic world's held-out ones, say), so the two can be
 compared question by question.
 
@@ -16,9 +16,9 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from spatial_jax.benchmarks.cvbench import SOURCES
-from spatial_jax.benchmarks.record import BenchmarkError
 from spatial_jax.data.sample import Sample
+from spatial_jax.suites.cvbench import SOURCES
+from spatial_jax.suites.record import BenchmarkError
 
 # the dataset's category -> CV-Bench's 2D task of the same kind of question
 TASKS = {"relative_position": "Relation", "counting": "Count"}

@@ -24,10 +24,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchRecord, Where, find_file, local_file, read_json_list
-from spatial_jax.benchmarks.table import Cell, Table, by_category
 from spatial_jax.data.sample import LETTERS
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchRecord, Where, find_file, local_file, read_json_list
+from spatial_jax.suites.table import Cell, Table, by_category
 
 NAME = "omnispatial"
 SUB_TASK_TYPES = ("Manipulation", "Motion_Analysis", "Traffic_Analysis", "Localization", "Geospatial_Strategy",

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.benchmarks.extract import choice_letter
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_parquet
-from spatial_jax.benchmarks.table import Cell, Table, by_category
 from spatial_jax.data.sample import LETTERS
+from spatial_jax.suites.extract import choice_letter
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchRecord, Where, embedded_image, find_file, read_parquet
+from spatial_jax.suites.table import Cell, Table, by_category
 
 NAME = "spatialab"
 CATEGORIES = ("3D Geometry", "Depth & Occlusion", "Orientation", "Relative Positioning", "Size & Scale",

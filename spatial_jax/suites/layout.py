@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from spatial_jax.benchmarks.record import BenchRecord
 from spatial_jax.data.sample import LETTERS
+from spatial_jax.suites.record import BenchRecord
 
 LABELS = ("letters", "numbers")
 # What `spatial-jax eval --benchmark --layout` shows a policy. "benchmark": each question as its protocol lays it out

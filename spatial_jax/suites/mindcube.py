@@ -26,10 +26,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchRecord, Where, find_file, local_file, read_jsonl
-from spatial_jax.benchmarks.table import Cell, Table, by_category
 from spatial_jax.data.sources.mindcube_train import setting
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchRecord, Where, find_file, local_file, read_jsonl
+from spatial_jax.suites.table import Cell, Table, by_category
 
 LAYOUT = Layout(inline=True, choice="Answer with the letter of the correct option only.")
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.benchmarks.extract import mra
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import (
+from spatial_jax.suites.extract import mra
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import (
     BenchmarkError,
     BenchRecord,
     Where,
@@ -35,7 +35,7 @@ from spatial_jax.benchmarks.record import (
     read_jsonl,
     read_parquet,
 )
-from spatial_jax.benchmarks.table import Cell, Table, by_category, mean_of
+from spatial_jax.suites.table import Cell, Table, by_category, mean_of
 
 CHOICE_TYPES = ("object_rel_direction_easy", "object_rel_direction_medium", "object_rel_direction_hard",
                 "object_rel_distance", "route_planning", "obj_appearance_order")

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spatial_jax.benchmarks.extract import choice_letter
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import (
+from spatial_jax.suites.extract import choice_letter
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import (
     BenchmarkError,
     BenchRecord,
     Where,
@@ -36,7 +36,7 @@ from spatial_jax.benchmarks.record import (
     read_jsonl,
     read_parquet,
 )
-from spatial_jax.benchmarks.table import Cell, Table, by_category, mean_of
+from spatial_jax.suites.table import Cell, Table, by_category, mean_of
 
 NAME = "cvbench"
 SOURCES = ("ADE20K", "COCO", "Omni3D")

@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from spatial_jax.benchmarks import LAYOUTS, BenchRecord, to_sample
-from spatial_jax.benchmarks.layout import PROMPT_LAYOUTS
 from spatial_jax.data.jsonl import DuplicateKey, loads_unique, text_lines
 from spatial_jax.data.pipeline import make_iterator
 from spatial_jax.rollout.collect import ToolSettings, collect
 from spatial_jax.rollout.config import SamplingConfig
+from spatial_jax.suites import LAYOUTS, BenchRecord, to_sample
+from spatial_jax.suites.layout import PROMPT_LAYOUTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,7 @@ def generate(
 
 def read_predictions(path: Path) -> dict[str, str]:
     """A JSON object {id: response} or JSONL lines {"id": ..., "response": ...} (or one-pair {id: response})."""
-    from spatial_jax.benchmarks import BenchmarkError
+    from spatial_jax.suites import BenchmarkError
 
     try:
         text = path.read_text(encoding="utf-8-sig")

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from spatial_jax.benchmarks.table import Cell, Table, mean_of
 from spatial_jax.config import Registry
 from spatial_jax.eval.grounding import OMNISPATIAL_SIZES, SPATIALAB_SIZES, weighted_accuracy
+from spatial_jax.suites.table import Cell, Table, mean_of
 
 CATEGORY_SIZES = {"omnispatial": OMNISPATIAL_SIZES, "spatialab": SPATIALAB_SIZES}
 RULES = ("official", "category_size", "task_mean")

@@ -7,9 +7,9 @@ import io
 
 import numpy as np
 
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchmarkError, BenchRecord, Media
 from spatial_jax.data.sample import LETTERS, Sample, Video
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchmarkError, BenchRecord, Media
 
 
 def decode(media: Media, record: BenchRecord) -> str | np.ndarray:

@@ -23,10 +23,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spatial_jax.benchmarks.extract import mra
-from spatial_jax.benchmarks.layout import Layout
-from spatial_jax.benchmarks.record import BenchRecord, Where, embedded_image, find_file, read_parquet
-from spatial_jax.benchmarks.table import Table, by_category, mean_of
+from spatial_jax.suites.extract import mra
+from spatial_jax.suites.layout import Layout
+from spatial_jax.suites.record import BenchRecord, Where, embedded_image, find_file, read_parquet
+from spatial_jax.suites.table import Table, by_category, mean_of
 
 NAME = "sparbench"
 LAYOUT = Layout(inline=True, choice="Answer with the letter of the correct option only.",
