@@ -37,6 +37,7 @@ def test_argument_errors_are_one_line_before_any_run(args, message, tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_smoke_one_seed_two_steps(tmp_path, capsys):
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n")

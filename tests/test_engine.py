@@ -58,6 +58,7 @@ def _same(a, b):
     np.testing.assert_allclose(a.entropies, b.entropies, atol=TIGHT, rtol=TIGHT)
 
 
+@pytest.mark.slow
 def test_greedy_equals_static_sampler_and_transformers_with_fewer_slots_than_requests(tiny, batch):  # noqa: F811 (fixtures)
     torch = pytest.importorskip("torch")
     hf, model = tiny

@@ -73,6 +73,7 @@ def test_logprobs_and_entropy_equal_the_whole_row_forward(scan, remat):
     np.testing.assert_allclose(np.asarray(ent2)[real], np.asarray(ent1)[real], atol=2e-6, rtol=2e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scan", [False, True])
 def test_one_update_equals_the_whole_row_update(scan):
     cfg = config(scan_layers=scan, remat_policy="full")
