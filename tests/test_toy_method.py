@@ -67,6 +67,7 @@ def toy(tmp_path, monkeypatch):
         sys.modules.pop("toy_method", None)
 
 
+@pytest.mark.slow
 def test_a_toy_fifth_method_registers_through_its_own_folder_and_trains_two_steps(tmp_path, toy):
     from spatial_jax.rl.train import train
 
