@@ -220,5 +220,5 @@ def test_real_rounds_draw_afresh_and_padding_carries_no_loss(job):
         comps = take_rows([(first, [2, 3]), (second, [0, 1])], trainer.tok.pad_id)
         tx = make_optimizer(trainer.optim_config("rl"))
         _, out = trainer.learner.update(0, comps, np.array([1.0, -1.0, 0.0, 0.0], np.float32), tx, 1,
-                                tx.init(trainer.trainable), 1.0, np.array([True, True, False, False]))
+                                        tx.init(trainer.trainable), 1.0, np.array([True, True, False, False]))
     assert out["loss/num_seqs"] == 2 and out["loss/num_tokens"] == comps.mask[:2].sum()

@@ -73,7 +73,7 @@ def test_trainer_old_logp_ratio_is_one_and_bit_identical_sampler_has_no_gap(tmp_
     tx = make_optimizer(optim)
     with jax.set_mesh(job.mesh):
         out = job.learner.update(1, dataclasses.replace(comps, logprobs=own), ADV, tx, optim.grad_accum_steps,
-                         tx.init(job.trainable), 1.0, behaviour=jax.tree.map(jnp.copy, start))[1]
+                                 tx.init(job.trainable), 1.0, behaviour=jax.tree.map(jnp.copy, start))[1]
     assert out["gap/numeric/abs_max"] == 0.0 and out["gap/numeric/kl"] == 0.0
     assert out["gap/staleness/abs_mean"] > 1e-4 and out["gap/staleness/abs_max"] == pytest.approx(out["gap/abs_max"])
     assert out["loss/ratio_max"] == 1.0

@@ -21,15 +21,20 @@ def default_config() -> Path | None:
     return Path(value) if value else None
 
 
+def job_path(config: str | None) -> str | Path | None:
+    """The TOML file a job command reads: `config`, or the default above when none is given."""
+    return config if config is not None else default_config()
+
+
 def load_job(config: str | None, overrides):
-    """The TrainConfig of a job command: `config` (or the default above), then the key=value overrides."""
+    """The TrainConfig of a job command: its file (job_path), then the key=value overrides."""
     from spatial_jax.rl.config import TrainConfig
 
-    return load(TrainConfig, config if config is not None else default_config(), overrides)
+    return load(TrainConfig, job_path(config), overrides)
 
 
 def job_files(config: str | None) -> list[Path]:
-    """The files a job command reads its settings from: `config` (or the default above) and the bases it names; the
-    output guards count them among the command's inputs."""
-    path = config if config is not None else default_config()
+    """The files a job command reads its settings from: its file (job_path) and the bases it names; the output
+    guards count them among the command's inputs."""
+    path = job_path(config)
     return [] if path is None else config_files(path)

@@ -20,7 +20,7 @@ from spatial_jax.rewards.overlong import overlong_penalties
 from spatial_jax.rl.async_rollouts import Rolled, RolloutsAhead
 from spatial_jax.rl.config import TrainConfig, overlong_max_length
 from spatial_jax.rl.dynamic_sampling import fill
-from spatial_jax.rl.workspace import Workspace
+from spatial_jax.rl.workspace import Workspace, WorkspacePart
 from spatial_jax.rollout.collect import Collected, ToolSettings, collect
 from spatial_jax.rollout.completions import Completions, take_rows
 from spatial_jax.rollout.decode_copy import DecodeCopy
@@ -32,11 +32,11 @@ def _seed(cfg: TrainConfig, stage: int, step: int) -> int:
                                   0, 2**31 - 1))
 
 
-class Experience:
+class Experience(WorkspacePart):
     """Prompts -> scored groups, sampled from the decoding copy of the workspace's weights."""
 
     def __init__(self, ws: Workspace, hosts: HostShare):
-        self.ws, self.hosts = ws, hosts
+        super().__init__(ws, hosts)
         self._decoder: DecodeCopy | None = None
         self._decoded_from = None  # the trainable state the decoding copy was made from
         # the running stage's batches: a step that samples more prompts (dynamic sampling) reads them here, so the
@@ -47,19 +47,14 @@ class Experience:
         # from (one copy of the trainable state more), for the gap's split into numerics and staleness
         self.behaviour: dict[int, Any] = {}
 
-    @property
-    def cfg(self) -> TrainConfig:
-        """The workspace's settings, read at each use (a test or a tool may replace them between steps)."""
-        return self.ws.cfg
-
     def take_back(self, record: dict[str, Any], it: DataIterator) -> None:
         """The rollouts a one_step_off checkpoint was saved with; where they are lost, the data position goes back
         to before their prompts, which the step then rolls out from the restored weights."""
         why = self.ahead.load(record)
         if why is not None:
             # record["step"] counts from 0; the metrics and the checkpoints number a step by the steps done after it
-            self.ws.warn(f"{why}: step {record['step'] + 1}'s rollouts are sampled again from the restored weights, so "
-                      "that step is on-policy where the interrupted run's was one step stale")
+            self.ws.warn(f"{why}: step {record['step'] + 1}'s rollouts are sampled again from the restored weights, "
+                         "so that step is on-policy where the interrupted run's was one step stale")
             it.set_state(record["data_before"])
 
     def roll_ahead(self, step: int, sampling) -> None:

@@ -26,9 +26,8 @@ from spatial_jax.rl.async_rollouts import Rolled
 from spatial_jax.rl.config import TrainConfig, old_logp_forward
 from spatial_jax.rl.losses import loss_denominator
 from spatial_jax.rl.rollout_correction import CorrectionConfig, gap_metrics, rollout_correction
-from spatial_jax.rl.workspace import Workspace, rl_batches
+from spatial_jax.rl.workspace import WorkspacePart, rl_batches
 from spatial_jax.rollout.completions import Completions
-from spatial_jax.rollout.hosts import HostShare
 
 
 def _dropout_rng(cfg: TrainConfig, stage: int, step: int):
@@ -46,16 +45,8 @@ def full_seq_batch(model_cfg, batch: Batch) -> st.SeqBatch:
                              loss_mask=batch.loss_mask[:, 1:], second_per_grid=batch.second_per_grid)
 
 
-class Learner:
+class Learner(WorkspacePart):
     """Scored groups -> updates of the workspace's trainable weights (SFT batches -> SFT updates)."""
-
-    def __init__(self, ws: Workspace, hosts: HostShare):
-        self.ws, self.hosts = ws, hosts
-
-    @property
-    def cfg(self) -> TrainConfig:
-        """The workspace's settings, read at each use (a test or a tool may replace them between steps)."""
-        return self.ws.cfg
 
     def sft_step(self, step: int, batch: Batch, tx, opt_state) -> tuple[dict[str, Any], Any]:
         t0 = time.perf_counter()

@@ -34,6 +34,7 @@ from spatial_jax.rl.config import TrainConfig, check_context, validate
 from spatial_jax.rl.optim import make_optimizer
 from spatial_jax.rl.policy import Policy, build_mesh, build_policy, freeze_vision
 from spatial_jax.rl.report import write_json
+from spatial_jax.rollout.hosts import HostShare
 
 STAGES = ("sft", "rl")
 
@@ -301,3 +302,16 @@ class Workspace:
                 self.restore(ck, self.optimizer(stage, trained).init(self.trainable), None)
             return stage
         return None
+
+
+class WorkspacePart:
+    """A part of the training step that works on a workspace's weights (rl/experience.py, rl/learner.py): it reads
+    and writes them there, so a restore or the decoding copy sees them as the stage driver does."""
+
+    def __init__(self, ws: Workspace, hosts: HostShare):
+        self.ws, self.hosts = ws, hosts
+
+    @property
+    def cfg(self) -> TrainConfig:
+        """The workspace's settings, read at each use (a test or a tool may replace them between steps)."""
+        return self.ws.cfg

@@ -23,6 +23,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
 
+from spatial_jax.kernels.platform import active_platform, compiled_device
+
 from . import common
 
 DEFAULT_BLOCK_D = 512
@@ -335,8 +337,8 @@ def linear_logprob_entropy(
     common.check_inputs(h, w, targets, temperature)
     if mesh is None:
         mesh = jax.sharding.get_abstract_mesh()
-    device = mesh.abstract_mesh.abstract_device if isinstance(mesh, jax.sharding.Mesh) else mesh.abstract_device
-    kind, platform = (device.device_kind, device.platform) if device else (None, jax.default_backend())
+    device = compiled_device(mesh)
+    kind, platform = (None if device is None else device.device_kind), active_platform(mesh)
     (n, d), v = h.shape, w.shape[1]
     auto = default_blocks(kind, d, h.dtype)
     block_n, block_v, block_d, vmem_limit_bytes = (
